@@ -1,0 +1,5 @@
+import sys
+
+from edgeops.cli import main
+
+sys.exit(main())

@@ -1,0 +1,1 @@
+"""edgeops.quantize: INT8 post-training quantization (calibration, observers, QDQ export)."""

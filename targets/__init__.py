@@ -1,0 +1,3 @@
+"""Per-target kernels: ``ascend/`` (explicit-DMA programs on the NPU emulator), ``neon/`` (Numba
+CPU kernels), ``cuda/`` (numba.cuda). Each target module registers into ``edgeops.registry``;
+they are imported here explicitly as they land."""

@@ -1,0 +1,22 @@
+import os
+import zlib
+
+import numpy as np
+import pytest
+
+FULL = os.environ.get("EDGEOPS_TEST_FULL") == "1"
+
+
+def pytest_collection_modifyitems(config, items):
+    skip_full = pytest.mark.skip(reason="part of the full suite only: run `make test-full` "
+                                        "(EDGEOPS_TEST_FULL=1); CI runs a representative subset")
+    for item in items:
+        if "full" in item.keywords and not FULL:
+            item.add_marker(skip_full)
+
+
+@pytest.fixture
+def rng(request):
+    # a different but reproducible stream per test
+    seed = zlib.crc32(request.node.nodeid.encode())
+    return np.random.default_rng(seed)

@@ -1,0 +1,1 @@
+"""edgeops.tiling: iteration spaces of operators, the ``Tiling`` value, legality, search, bounds."""
