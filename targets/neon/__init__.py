@@ -1,0 +1,1 @@
+"""NEON (Numba) CPU kernels."""

@@ -1,0 +1,102 @@
+"""Kernel registry: registration rules, lookup errors that name what exists, dispatch reasons."""
+from dataclasses import dataclass, field
+
+import numpy as np
+import pytest
+
+from edgeops import registry
+from edgeops.errors import KernelNotFoundError
+from edgeops.ops import all_ops, get_op
+
+
+@dataclass
+class FakeNode:
+    op_type: str
+    domain: str = ""
+    attrs: dict = field(default_factory=dict)
+    input_dtypes: list = field(default_factory=lambda: ["fp32"])
+    input_shapes: list = field(default_factory=lambda: [(4, 4)])
+
+
+@dataclass
+class FakeBoard:
+    name: str = "fake"
+    targets: tuple = ("cuda", "neon")
+
+
+@pytest.fixture
+def throwaway():
+    names = []
+
+    def reg(*a, **kw):
+        deco = registry.register_kernel(*a, **kw)
+
+        def wrap(fn):
+            deco(fn)
+            names.append(kw.get("name") or f"{a[1]}.{fn.__name__}")
+            return fn
+        return wrap
+    yield reg
+    for n in names:
+        registry.unregister_kernel(n)
+
+
+def test_reference_target_covers_every_defined_op():
+    m = registry.support_matrix()
+    for od in all_ops():
+        key = registry.op_key(od.name, od.domain)
+        assert "fp32" in m[key]["reference"], key
+
+
+def test_reference_kernel_runs_the_op_reference(rng):
+    k = registry.find("Relu", "reference", "fp32")
+    x = rng.standard_normal((3, 5)).astype(np.float32)
+    (y,) = k.fn([x], {})
+    np.testing.assert_array_equal(y, np.maximum(x, 0))
+    assert get_op("Relu").reference is not None
+
+
+def test_duplicate_name_and_same_priority_are_errors(throwaway):
+    throwaway("Relu", "neon", name="neon.test_relu_a", priority=5)(lambda i, a, t=None: i)
+    with pytest.raises(RuntimeError, match="registered twice"):
+        registry.register_kernel("Relu", "cuda", name="neon.test_relu_a")(lambda i, a: i)
+    with pytest.raises(RuntimeError, match="priority 5"):
+        registry.register_kernel("Relu", "neon", name="neon.test_relu_b", priority=5)(lambda i, a: i)
+
+
+def test_unknown_target_is_rejected():
+    with pytest.raises(ValueError, match="unknown target"):
+        registry.register_kernel("Relu", "tpu")
+
+
+def test_failed_lookup_names_what_exists_and_where_to_add():
+    with pytest.raises(KernelNotFoundError) as e:
+        registry.find("Relu", "cuda", "int8")
+    msg = str(e.value)
+    assert "no kernel for Relu on target 'cuda' with dtype int8" in msg
+    assert "reference(fp32,fp64)" in msg and "targets/cuda/" in msg
+
+
+def test_select_walks_targets_in_order_and_respects_dtype_and_predicate(throwaway):
+    throwaway("Relu", "neon", name="neon.test_relu", dtypes=("fp32",),
+              predicate=lambda n: True if n.input_shapes[0][-1] % 4 == 0 else "last dim not /4")(
+        lambda i, a, t=None: i)
+    throwaway("Relu", "cuda", name="cuda.test_relu", dtypes=("fp16",))(lambda i, a, t=None: i)
+    s = registry.select(FakeNode("Relu"), FakeBoard())
+    assert s.kernel.name == "neon.test_relu" and s.target == "neon"
+    assert "cuda.test_relu takes fp16" not in s.reason
+    s = registry.select(FakeNode("Relu", input_shapes=[(4, 5)]), FakeBoard())
+    assert s.kernel is None and s.target == "onnxruntime"
+    assert "last dim not /4" in s.reason and "cuda.test_relu takes fp16, node is fp32" in s.reason
+
+
+def test_higher_priority_wins(throwaway):
+    throwaway("Relu", "neon", name="neon.test_low", priority=1)(lambda i, a, t=None: i)
+    throwaway("Relu", "neon", name="neon.test_high", priority=9)(lambda i, a, t=None: i)
+    assert registry.select(FakeNode("Relu"), FakeBoard(targets=("neon",))).kernel.name == "neon.test_high"
+
+
+def test_node_without_any_kernel_stays_in_onnxruntime():
+    s = registry.select(FakeNode("NonMaxSuppression"), FakeBoard())
+    assert s.kernel is None and s.reason.startswith("stays in ONNX Runtime")
+    assert "available: none" in s.reason
