@@ -1,40 +1,42 @@
 """Graph IR over an ONNX model: load, check, infer shapes, and expose nodes and tensors.
 
-``load(path | bytes | ModelProto, shapes={"x": (1, 3, 224, 224)})`` runs ``onnx.checker`` and
-``onnx.shape_inference`` (with data propagation), fills the shapes of ``ai.edgeops`` nodes from
-their op definitions, and gives a :class:`Graph` with producers/consumers, topological order,
-per-node MACs/FLOPs and parameter bytes. Every failure is a :class:`ModelError` that names the
-model and says what to do.
+``load(path | bytes | ModelProto, shapes={"x": (1, 3, 224, 224)})`` (in :mod:`edgeops.graph_load`)
+runs ``onnx.checker`` and ``onnx.shape_inference`` and gives a :class:`Graph`: nodes in
+topological order, tensors (shape, dtype, initializer/constant or activation), producers and
+consumers, per-node MACs/FLOPs from the op definitions' ``cost``, parameter counts and bytes.
 """
 from __future__ import annotations
 
+import heapq
 import os
-import re
 from dataclasses import dataclass, field
 from functools import cached_property
-from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from edgeops.dtypes import to_short
-from edgeops.errors import EdgeOpsError, ModelError, OpDefinitionError, ShapeError
+from edgeops.dtypes import itemsize, to_short
+from edgeops.errors import EdgeOpsError, ModelError, OpDefinitionError
 
-Dim = "int | str | None"
+# nodes whose outputs are constants when their inputs are: their outputs count as parameters
+# (the onnx "light" zoo models and some exporters hold every weight as ConstantOfShape/Constant)
+CONSTANT_OPS = ("Constant", "ConstantOfShape")
 
 
 @dataclass
 class Tensor:
     name: str
-    shape: tuple | None          # ints for concrete dims, str for symbolic, None unknown rank
+    shape: tuple | None          # ints for concrete dims, str for symbolic, None unknown rank/dim
     dtype: str | None            # short name, None when unknown
-    kind: str                    # input | initializer | activation | output(graph output)
+    kind: str                    # input | initializer | activation | output (graph output)
     _proto: Any = field(default=None, repr=False)
     _base_dir: str | None = field(default=None, repr=False)
+    is_const: bool = False       # an initializer or the output of a Constant/ConstantOfShape node
+    _value: Callable[[], np.ndarray] | None = field(default=None, repr=False)
 
     @property
     def is_static(self) -> bool:
-        return self.shape is not None and all(isinstance(d, int) and d >= 0 for d in self.shape)
+        return _static(self.shape)
 
     @property
     def numel(self) -> int | None:
@@ -42,13 +44,14 @@ class Tensor:
 
     @property
     def nbytes(self) -> int | None:
-        from edgeops.dtypes import itemsize
         n = self.numel
         return None if n is None or self.dtype is None else n * itemsize(self.dtype)
 
     @cached_property
     def data(self) -> np.ndarray | None:
-        """Initializer value (loads external data on first use)."""
+        """Constant value (initializer, external data read on first use, or Constant node)."""
+        if self._value is not None:
+            return self._value()
         if self._proto is None:
             return None
         from onnx import numpy_helper
@@ -58,13 +61,14 @@ class Tensor:
 @dataclass
 class Node:
     index: int                   # position in topological order
-    name: str
+    name: str                    # unique within the graph (generated when the model has none)
     op_type: str
     domain: str
     inputs: list[str]            # "" for an omitted optional input
     outputs: list[str]
     raw_attrs: dict[str, Any]
     graph: "Graph" = field(repr=False)
+    proto_index: int = -1        # position in model.graph.node
 
     @property
     def opdef(self):
@@ -101,15 +105,31 @@ class Node:
         return [t.dtype if t else None for t in self.input_tensors]
 
     @cached_property
-    def cost(self) -> tuple[int, int] | None:
-        """(MACs, FLOPs), or None when the op has no definition or shapes are not static."""
+    def _cost(self) -> tuple[tuple[int, int] | None, str | None]:
         od = self.opdef
         if od is None:
-            return None
-        ins, outs = self.input_shapes, self.output_shapes
-        if any(s is not None and not _static(s) for s in ins + outs) or not outs or outs[0] is None:
-            return None
-        return od.cost(self.attrs, ins, outs)
+            return None, f"edgeops has no definition of {self.op_type}"
+        # every input and the first output must be known; a later one (Dropout's mask, an
+        # optional output no value_info describes) is passed as None
+        outs = [s if _static(s) else None for s in self.output_shapes]
+        needed = zip(self.inputs + self.outputs[:1], self.input_shapes + self.output_shapes[:1])
+        bad = {n: s for n, s in needed if n and not _static(s)}
+        if bad or not outs or outs[0] is None:
+            return None, "shape not static: " + ", ".join(f"{k} {v}" for k, v in bad.items())
+        try:
+            return tuple(int(v) for v in od.cost(self.attrs, self.input_shapes, outs)), None
+        except OpDefinitionError as e:   # e.g. an attribute an older opset had
+            return None, str(e)
+
+    @property
+    def cost(self) -> tuple[int, int] | None:
+        """(MACs, FLOPs), or None when the op has no definition or shapes are not static."""
+        return self._cost[0]
+
+    @property
+    def cost_error(self) -> str | None:
+        """Why :attr:`cost` is None."""
+        return self._cost[1]
 
     @property
     def macs(self) -> int:
@@ -120,12 +140,29 @@ class Node:
         return self.cost[1] if self.cost else 0
 
     @property
+    def param_tensors(self) -> list[Tensor]:
+        """Constant inputs (weights, biases, shape operands), each once."""
+        seen = {}
+        for t in self.input_tensors:
+            if t is not None and t.is_const:
+                seen.setdefault(t.name, t)
+        return list(seen.values())
+
+    @property
+    def param_count(self) -> int:
+        return sum(t.numel or 0 for t in self.param_tensors)
+
+    @property
     def param_bytes(self) -> int:
-        return sum(t.nbytes or 0 for t in self.input_tensors if t is not None and t.kind == "initializer")
+        return sum(t.nbytes or 0 for t in self.param_tensors)
 
 
 def _static(shape) -> bool:
     return shape is not None and all(isinstance(d, int) and d >= 0 for d in shape)
+
+
+def _is_constant_op(n) -> bool:
+    return n.op_type in CONSTANT_OPS and n.domain in ("", "ai.onnx")
 
 
 class Graph:
@@ -135,60 +172,86 @@ class Graph:
         g = model.graph
         self.tensors: dict[str, Tensor] = {}
         init_names = {t.name for t in g.initializer}
+        in_names, out_names = {i.name for i in g.input}, {o.name for o in g.output}
         for t in g.initializer:
             self.tensors[t.name] = Tensor(t.name, tuple(int(d) for d in t.dims), _dtype(t.data_type),
-                                          "initializer", t, base_dir)
+                                          "initializer", t, base_dir, is_const=True)
         for vi in list(g.input) + list(g.value_info) + list(g.output):
             if vi.name in init_names:
                 continue
-            kind = ("input" if any(vi.name == i.name for i in g.input) else
-                    "output" if any(vi.name == o.name for o in g.output) else "activation")
+            kind = "input" if vi.name in in_names else "output" if vi.name in out_names else "activation"
             self.tensors[vi.name] = Tensor(vi.name, *_vi_shape_dtype(vi), kind)
         self.inputs = [self.tensors[i.name] for i in g.input if i.name not in init_names]
         self.outputs = [self.tensors[o.name] for o in g.output]
-        self.opsets = {o.domain or "": o.version for o in model.opset_import}
+        self.opsets = {"" if o.domain == "ai.onnx" else o.domain: o.version for o in model.opset_import}
         self.nodes = self._toposort(g)
+        self._by_name = {n.name: n for n in self.nodes}
         self._producer = {o: n for n in self.nodes for o in n.outputs if o}
         self._consumers: dict[str, list[Node]] = {}
         for n in self.nodes:
-            for i in n.inputs:
-                if i:
-                    self._consumers.setdefault(i, []).append(n)
+            for i in dict.fromkeys(x for x in n.inputs if x):
+                self._consumers.setdefault(i, []).append(n)
         for n in self.nodes:   # tensors no value_info mentions (no shape known)
             for o in n.outputs:
                 if o and o not in self.tensors:
                     self.tensors[o] = Tensor(o, None, None, "activation")
+        self._mark_constants(g)
 
     def _toposort(self, g) -> list[Node]:
+        """Kahn's algorithm, taking the earliest ready node first, so a graph already in
+        topological order keeps its order. Tensors a subgraph (If/Loop/Scan body) reads from
+        the outer scope count as inputs of the node that owns it."""
         from onnx import helper
         raw = list(g.node)
         produced = {o: i for i, n in enumerate(raw) for o in n.output if o}
-        deps = [{produced[x] for x in n.input if x in produced} for n in raw]
-        order, done, indeg = [], set(), [len(d) for d in deps]
+        deps = [{produced[x] for x in list(n.input) + sorted(_outer_refs(n)) if x in produced}
+                for n in raw]
+        indeg = [len(d) for d in deps]
         users: dict[int, list[int]] = {}
         for i, d in enumerate(deps):
             for j in d:
                 users.setdefault(j, []).append(i)
         ready = [i for i, k in enumerate(indeg) if k == 0]
+        heapq.heapify(ready)
+        order = []
         while ready:
-            i = ready.pop(0)
+            i = heapq.heappop(ready)
             order.append(i)
-            done.add(i)
             for u in users.get(i, []):
                 indeg[u] -= 1
                 if indeg[u] == 0:
-                    ready.append(u)
+                    heapq.heappush(ready, u)
         if len(order) != len(raw):
-            stuck = [raw[i].name or raw[i].op_type for i in range(len(raw)) if i not in done][:5]
-            raise ModelError(f"{self.source}: the graph has a cycle through node(s) {stuck}")
+            done = set(order)
+            stuck = [raw[i].name or f"{raw[i].op_type}#{i}" for i in range(len(raw)) if i not in done]
+            raise ModelError(f"{self.source}: the graph has a cycle (or a node reads its own output) "
+                             f"through {len(stuck)} node(s), e.g. {stuck[:5]}; ONNX graphs must be "
+                             f"acyclic")
+        names = {n.name for n in raw if n.name}
+        used: set[str] = set()
         nodes = []
         for k, i in enumerate(order):
             n = raw[i]
+            name = n.name or f"{n.op_type}_{i}"
+            while name in used or (not n.name and name in names):
+                name += "_"
+            used.add(name)
             attrs = {a.name: helper.get_attribute_value(a) for a in n.attribute}
-            attrs = {k2: (v.decode() if isinstance(v, bytes) else v) for k2, v in attrs.items()}
-            nodes.append(Node(k, n.name or f"{n.op_type}_{i}", n.op_type, n.domain or "",
-                              list(n.input), list(n.output), attrs, self))
+            attrs = {k2: _decode(v) for k2, v in attrs.items()}
+            nodes.append(Node(k, name, n.op_type, n.domain or "", list(n.input), list(n.output),
+                              attrs, self, i))
         return nodes
+
+    def _mark_constants(self, g) -> None:
+        for n in self.nodes:
+            if not _is_constant_op(n) or not all(self.tensors.get(i) and self.tensors[i].is_const
+                                                 for i in n.inputs if i):
+                continue
+            t = self.tensors[n.outputs[0]]
+            t.is_const = True
+            t._value = _constant_value(n, self.tensors)
+            if t.dtype is None or t.shape is None:   # no value_info (inference skipped)
+                t.shape, t.dtype = _shape_dtype_of(t._value())
 
     # ---- structure -------------------------------------------------------------------------
     def producer(self, tensor: str) -> Node | None:
@@ -198,20 +261,27 @@ class Graph:
         return list(self._consumers.get(tensor, []))
 
     def node(self, name: str) -> Node:
-        for n in self.nodes:
-            if n.name == name:
-                return n
-        raise EdgeOpsError(f"{self.source}: no node named {name!r}")
+        try:
+            return self._by_name[name]
+        except KeyError:
+            raise EdgeOpsError(f"{self.source}: no node named {name!r}") from None
 
     @property
     def initializers(self) -> list[Tensor]:
         return [t for t in self.tensors.values() if t.kind == "initializer"]
 
+    @property
+    def params(self) -> list[Tensor]:
+        """Constant tensors some computing node reads: initializers and Constant outputs, minus
+        those only feeding other constant nodes (e.g. the shape operand of ConstantOfShape)."""
+        return [t for t in self.tensors.values() if t.is_const and any(
+            not _is_constant_op(c) for c in self._consumers.get(t.name, []))]
+
     # ---- summaries ---------------------------------------------------------------------------
     def op_histogram(self) -> dict[str, int]:
         h: dict[str, int] = {}
         for n in self.nodes:
-            k = f"{n.domain}::{n.op_type}" if n.domain else n.op_type
+            k = f"{n.domain}::{n.op_type}" if n.domain not in ("", "ai.onnx") else n.op_type
             h[k] = h.get(k, 0) + 1
         return dict(sorted(h.items(), key=lambda kv: (-kv[1], kv[0])))
 
@@ -225,11 +295,62 @@ class Graph:
 
     @property
     def param_bytes(self) -> int:
-        return sum(t.nbytes or 0 for t in self.initializers)
+        return sum(t.nbytes or 0 for t in self.params)
 
     @property
     def param_count(self) -> int:
-        return sum(t.numel or 0 for t in self.initializers)
+        return sum(t.numel or 0 for t in self.params)
+
+
+def _decode(v):
+    """STRING(S) attributes arrive as bytes; op definitions and users want str."""
+    if isinstance(v, bytes):
+        return v.decode()
+    if isinstance(v, list) and v and all(isinstance(x, bytes) for x in v):
+        return [x.decode() for x in v]
+    return v
+
+
+def _outer_refs(n) -> set[str]:
+    """Names a node's subgraphs read but do not define (outer-scope inputs)."""
+    from onnx import AttributeProto
+    refs: set[str] = set()
+    for a in n.attribute:
+        subs = ([a.g] if a.type == AttributeProto.GRAPH else
+                list(a.graphs) if a.type == AttributeProto.GRAPHS else [])
+        for sg in subs:
+            defined = ({i.name for i in sg.input} | {t.name for t in sg.initializer}
+                       | {o for sn in sg.node for o in sn.output})
+            for sn in sg.node:
+                refs |= {x for x in list(sn.input) + list(_outer_refs(sn)) if x and x not in defined}
+    return refs
+
+
+def _constant_value(n: Node, tensors: Mapping[str, Tensor]) -> Callable[[], np.ndarray]:
+    from onnx import numpy_helper
+
+    def value():
+        a = n.raw_attrs
+        if n.op_type == "ConstantOfShape":
+            fill = numpy_helper.to_array(a["value"]).reshape(-1) if "value" in a else np.zeros(1, np.float32)
+            return np.full(tuple(int(d) for d in tensors[n.inputs[0]].data), fill[0], fill.dtype)
+        for key, v in a.items():
+            if key == "value":
+                return numpy_helper.to_array(v)
+            if key in ("value_float", "value_floats"):
+                return np.asarray(v, np.float32)
+            if key in ("value_int", "value_ints"):
+                return np.asarray(v, np.int64)
+        raise ModelError(f"Constant node {n.name!r}: no value attribute edgeops can read "
+                         f"({sorted(a)})")
+    return value
+
+
+def _shape_dtype_of(a: np.ndarray) -> tuple[tuple, str | None]:
+    try:
+        return tuple(a.shape), to_short(a.dtype)
+    except EdgeOpsError:
+        return tuple(a.shape), None
 
 
 def _dtype(elem_type: int) -> str | None:
@@ -255,158 +376,8 @@ def _vi_shape_dtype(vi) -> tuple[tuple | None, str | None]:
     return tuple(dims), dtype
 
 
-# ------------------------------------------------------------------------------------------
-# shapes overrides
+# loading lives in graph_load (kept apart so each module reads in one sitting); imported last
+# so that graph_load can import the classes above
+from edgeops.graph_load import load, parse_shapes  # noqa: E402
 
-_SHAPE_RE = re.compile(r"^\s*([^:,]+?)\s*:\s*(\d+(?:\s*[x,]\s*\d+)*)\s*$")
-
-
-def parse_shapes(spec: str | Mapping[str, Iterable[int]] | None) -> dict[str, tuple[int, ...]]:
-    """``"x:1x3x224x224;mask:1x128"`` (``;`` or space separated) or a mapping -> {name: shape}."""
-    if not spec:
-        return {}
-    if isinstance(spec, Mapping):
-        return {k: tuple(int(d) for d in v) for k, v in spec.items()}
-    out = {}
-    for part in re.split(r"[;\s]+", spec.strip()):
-        if not part:
-            continue
-        m = _SHAPE_RE.match(part)
-        if not m:
-            raise ShapeError(f"bad --shapes entry {part!r}: expected NAME:1x3x224x224 "
-                             f"(several separated by ';')")
-        out[m.group(1)] = tuple(int(d) for d in re.split(r"\s*[x,]\s*", m.group(2)))
-    return out
-
-
-def _apply_shapes(model, shapes: dict[str, tuple[int, ...]], source: str) -> None:
-    inputs = {i.name: i for i in model.graph.input}
-    inits = {t.name for t in model.graph.initializer}
-    for name, shape in shapes.items():
-        if name not in inputs or name in inits:
-            real = [n for n in inputs if n not in inits]
-            raise ShapeError(f"{source}: --shapes names {name!r}, which is not a graph input; "
-                             f"inputs: {real}")
-        dims = inputs[name].type.tensor_type.shape.dim
-        if len(dims) and len(dims) != len(shape):
-            raise ShapeError(f"{source}: input {name!r} has rank {len(dims)}, --shapes gives "
-                             f"{len(shape)} dims {shape}")
-        for d, v in zip(dims, shape):
-            if d.HasField("dim_value") and d.dim_value != v:
-                raise ShapeError(f"{source}: input {name!r} has fixed dim {d.dim_value}, --shapes "
-                                 f"gives {v}")
-        if not len(dims):
-            for v in shape:
-                inputs[name].type.tensor_type.shape.dim.add()
-            dims = inputs[name].type.tensor_type.shape.dim
-        for d, v in zip(dims, shape):
-            d.Clear()
-            d.dim_value = int(v)
-    # stale inferred shapes would keep the symbolic dims alive
-    del model.graph.value_info[:]
-
-
-# ------------------------------------------------------------------------------------------
-# loading
-
-def load(src, shapes=None, *, check: bool = True, require_static: bool = True) -> Graph:
-    """Load an ONNX model from a path, bytes or ModelProto into a checked, shape-inferred Graph.
-
-    ``require_static``: every graph input must have concrete dims (after ``shapes`` overrides),
-    otherwise :class:`ShapeError` says which input and dim, and how to fix it.
-    """
-    import onnx
-    from google.protobuf.message import DecodeError
-
-    base_dir, path = None, None
-    if isinstance(src, onnx.ModelProto):
-        model, source = onnx.ModelProto(), "<ModelProto>"
-        model.CopyFrom(src)
-    elif isinstance(src, (bytes, bytearray)):
-        source = "<bytes>"
-        try:
-            model = onnx.load_model_from_string(bytes(src))
-        except (DecodeError, RuntimeWarning, ValueError) as e:
-            raise ModelError(f"{source} is not an ONNX model (protobuf parse failed: {e})") from None
-    elif isinstance(src, (str, os.PathLike)):
-        path = Path(src)
-        source = str(path)
-        if not path.is_file():
-            raise ModelError(f"model file {source} does not exist")
-        base_dir = str(path.resolve().parent)
-        try:
-            model = onnx.load(str(path), load_external_data=True)
-        except (DecodeError, RuntimeWarning, ValueError, UnicodeDecodeError) as e:
-            raise ModelError(f"{source} is not an ONNX model (protobuf parse failed: "
-                             f"{str(e).splitlines()[0] if str(e) else type(e).__name__})") from None
-        except (FileNotFoundError, OSError) as e:
-            raise ModelError(f"{source}: cannot read the model or its external data: {e}") from None
-    else:
-        raise ModelError(f"cannot load a model from {type(src).__name__}; give a path, bytes or "
-                         f"an onnx.ModelProto")
-    if not model.graph.node and not model.graph.output:
-        raise ModelError(f"{source} is not an ONNX model (it has no graph); check the file")
-
-    if check:
-        try:
-            onnx.checker.check_model(model, full_check=False)
-        except onnx.checker.ValidationError as e:
-            first = next((ln for ln in str(e).splitlines() if ln.strip()), str(e))
-            raise ModelError(f"{source} fails the ONNX checker: {first}") from None
-        except ValueError as e:   # > 2 GB in memory: check from the file instead
-            if path is None:
-                raise ModelError(f"{source}: {e}") from None
-            try:
-                onnx.checker.check_model(str(path))
-            except onnx.checker.ValidationError as e2:
-                raise ModelError(f"{source} fails the ONNX checker: {str(e2).splitlines()[0]}") from None
-
-    overrides = parse_shapes(shapes)
-    if overrides:
-        _apply_shapes(model, overrides, source)
-    if require_static:
-        inits = {t.name for t in model.graph.initializer}
-        for i in model.graph.input:
-            if i.name in inits:
-                continue
-            shape, _ = _vi_shape_dtype(i)
-            if shape is None:
-                raise ShapeError(f"{source}: input {i.name!r} has no shape; pass --shapes "
-                                 f"{i.name}:1x3x224x224 (its real dims)")
-            for ax, d in enumerate(shape):
-                if not isinstance(d, int) or d <= 0:
-                    raise ShapeError(f"{source}: input {i.name!r} has symbolic dim {d!r} at axis {ax} "
-                                     f"(shape {list(shape)}); pass --shapes {i.name}:"
-                                     + "x".join(str(x) if isinstance(x, int) and x > 0 else "N" for x in shape)
-                                     + " with N replaced by a size")
-    try:
-        inferred = onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=False,
-                                                     data_prop=True)
-    except (onnx.shape_inference.InferenceError, onnx.checker.ValidationError) as e:
-        raise ModelError(f"{source}: ONNX shape inference failed: {str(e).splitlines()[0]}") from None
-    except ValueError:  # > 2 GB: infer without inlining data
-        inferred = model
-    graph = Graph(inferred, source, base_dir)
-    _infer_custom_shapes(graph)
-    return graph
-
-
-def _infer_custom_shapes(graph: Graph) -> None:
-    """ONNX shape inference does not know ai.edgeops ops: fill their outputs from op definitions."""
-    for n in graph.nodes:
-        if all(t is not None and t.shape is not None for t in n.output_tensors):
-            continue
-        od = n.opdef
-        if od is None or not all(s is None or _static(s) for s in n.input_shapes):
-            continue
-        try:
-            shapes = od.shape(n.attrs, [s for s in n.input_shapes])
-        except (OpDefinitionError, NotImplementedError):
-            continue
-        dt = next((d for d in n.input_dtypes if d), None)
-        for o, s in zip(n.outputs, shapes):
-            if o:
-                t = graph.tensors.get(o)
-                if t is None or t.shape is None:
-                    graph.tensors[o] = Tensor(o, tuple(s), t.dtype if t and t.dtype else dt,
-                                              t.kind if t else "activation")
+__all__ = ["CONSTANT_OPS", "Graph", "Node", "Tensor", "load", "parse_shapes"]

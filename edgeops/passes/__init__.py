@@ -1,0 +1,1 @@
+"""Graph passes: clean-ups and fusions into ai.edgeops ops."""
