@@ -15,9 +15,11 @@ Layout::
     isa = ["armv8.2-a", "asimd", ...]  # CPU features (cpu/gpu host CPU), informational
     architecture = "separated"         # npu only: combined | separated (AIC/AIV split, A2/910B)
 
-    [clock]          hz, source
+    [clock]          hz, source                   # clock of the cores that run targets[0]
     [launch]         overhead_s (kernel launch / op dispatch), source
-    [[core]]         name, count, source          # cpu | sm | aicore | aic | aiv
+    [[core]]         name, count, hz (optional), source   # cpu | sm | aicore | aic | aiv
+                     hz only where this core type runs at another clock than [clock] (the CPU
+                     cluster of a Jetson, the little cores of a big.LITTLE SoC)
     [[unit]]         name, core, per_core, flops_per_cycle = {fp32=.., fp16=.., int8=..}, source
     [[memory]]       name, size_bytes, scope ("chip" or a core name), offchip, alignment_bytes,
                      source
@@ -32,7 +34,10 @@ Layout::
                      op_overhead_s, source
 
 A figure may be the string ``"detect"`` or ``"measure"`` (only in ``host.toml``): the loader
-fills it from ``edgeops.boards.host`` and records the source as detected/measured.
+fills it from ``edgeops.boards.host`` and records the source as detected/measured. Because the
+cache hierarchy differs from machine to machine, ``host.toml`` may also give ``isa``,
+``memory`` and ``path`` as a whole as ``"detect"``/``"measure"``; the entries the resolver
+returns carry their own sources and are validated like any other.
 """
 from __future__ import annotations
 
@@ -51,6 +56,7 @@ DTYPES = ("fp32", "fp16", "int8")
 class Core:
     name: str
     count: int
+    hz: float | None = None     # None: runs at the board's [clock].hz
 
 
 @dataclass(frozen=True)
@@ -157,13 +163,18 @@ class Board:
         raise BoardError(f"board {self.name!r} has no data path {src}->{dst}; "
                          f"has: {[f'{p.src}->{p.dst}' for p in self.paths]}")
 
+    def core_hz(self, name: str) -> float:
+        """Clock of one core type: its own ``hz`` where the file gives one, else [clock].hz."""
+        hz = self.core(name).hz
+        return self.clock_hz if hz is None else hz
+
     @property
     def offchip(self) -> Memory:
         return next(m for m in self.memories if m.offchip)
 
     def peak_flops(self, dtype: str = "fp32", unit: str | None = None) -> float:
         units = [self.unit(unit)] if unit else self.units
-        return sum(u.peak_flops(dtype, self.clock_hz, self.core(u.core).count) for u in units)
+        return sum(u.peak_flops(dtype, self.core_hz(u.core), self.core(u.core).count) for u in units)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -187,6 +198,15 @@ class _Ctx:
 
     def err(self, key: str, msg: str) -> BoardError:
         return BoardError(f"board file {self.file}: {key}: {msg}")
+
+    def detected(self, key: str, val):
+        """``val`` itself, or what the resolver gives for a ``"detect"``/``"measure"`` placeholder."""
+        if not (isinstance(val, str) and val in ("detect", "measure")):
+            return val, None
+        try:
+            return self.resolve(key, val)
+        except KeyError as e:
+            raise self.err(key, f"{val!r}: {e.args[0] if e.args else 'cannot be resolved'}") from None
 
 
 def _table(ctx: _Ctx, where: str, tbl: Any, fields: dict[str, type], figures: set[str]) -> dict:
@@ -216,7 +236,7 @@ def _table(ctx: _Ctx, where: str, tbl: Any, fields: dict[str, type], figures: se
         val = tbl[key]
         fsrc = (src.get(key) if isinstance(src, dict) else src) if figures else None
         if key in figures and isinstance(val, str) and val in ("detect", "measure"):
-            val, fsrc = ctx.resolve(f"{where}.{key}", val)
+            val, fsrc = ctx.detected(f"{where}.{key}", val)
         if key in figures and not fsrc:
             raise ctx.err(f"{where}.{key}", "figure has no source")
         val = _check_type(ctx, f"{where}.{key}", val, typ)
@@ -290,6 +310,10 @@ def parse_board(doc: dict, file: str, resolve=None, expected_name: str | None = 
     for t in targets:
         if t not in KNOWN_TARGETS:
             raise ctx.err("targets", f"unknown target {t!r}; known: {list(KNOWN_TARGETS)}")
+    doc = dict(doc)
+    for key in ("isa", "memory", "path"):     # whole arrays: host.toml only (see docstring)
+        if key in doc:
+            doc[key] = ctx.detected(key, doc[key])[0]
     isa = _check_type(ctx, "isa", doc.get("isa", []), list)
     arch = doc.get("architecture")
     if kind == "npu":
@@ -300,8 +324,13 @@ def parse_board(doc: dict, file: str, resolve=None, expected_name: str | None = 
 
     clock = _table(ctx, "clock", doc.get("clock"), {"hz": float}, {"hz"})
     launch = _table(ctx, "launch", doc.get("launch"), {"overhead_s": float}, {"overhead_s"})
-    cores = tuple(Core(**_table(ctx, f"core[{i}]", c, {"name": str, "count": int}, {"count"}))
-                  for i, c in enumerate(_array(ctx, doc, "core")))
+    cores = []
+    for i, c in enumerate(_array(ctx, doc, "core")):
+        fields, figs = {"name": str, "count": int}, {"count"}
+        if isinstance(c, dict) and "hz" in c:     # optional: a clock of its own
+            fields["hz"], figs = float, figs | {"hz"}
+        cores.append(Core(**_table(ctx, f"core[{i}]", c, fields, figs)))
+    cores = tuple(cores)
     core_names = [c.name for c in cores]
     units = []
     for i, u in enumerate(_array(ctx, doc, "unit")):
