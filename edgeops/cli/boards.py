@@ -47,7 +47,7 @@ def run(args) -> int:
     from rich.table import Table
     t = Table(title="edgeops boards")
     for c in ("name", "kind", "targets", "cores", "clock", "fp32 peak", "fp16 peak", "off-chip BW"):
-        t.add_column(c)
+        t.add_column(c, no_wrap=c in ("name", "targets"))
     for b in bs:
         s = summary(b)
         t.add_row(b.name, b.kind, ",".join(b.targets),

@@ -121,11 +121,13 @@ def _coerce(cls, key, spec: Attr, val, at):
                 raise ValueError
             val = int(val)
         elif spec.kind == "float":
-            val = float(val)
+            # ONNX float attributes are float32: a default like 0.01 must mean float32(0.01),
+            # exactly what a model file (and ONNX Runtime) carries
+            val = float(np.float32(val))
         elif spec.kind == "ints":
             val = tuple(int(v) for v in val)
         elif spec.kind == "floats":
-            val = tuple(float(v) for v in val)
+            val = tuple(float(np.float32(v)) for v in val)
         elif spec.kind == "str":
             val = val.decode() if isinstance(val, bytes) else str(val)
     except (TypeError, ValueError):

@@ -35,5 +35,5 @@ class Gemm(OpDef):
     @classmethod
     def cost(cls, attrs, in_shapes, out_shapes):
         m, n, k = cls._mnk(attrs, in_shapes[0], in_shapes[1])
-        extra = m * n * (len(in_shapes) > 2)
+        extra = m * n if len(in_shapes) > 2 and in_shapes[2] is not None else 0  # "" = no C
         return m * n * k, 2 * m * n * k + extra
