@@ -27,5 +27,9 @@ def print_json(doc: Any) -> None:
 
 
 def console(stderr: bool = False):
+    """The CLI console; piped into a file or a pager it does not fold names at 80 columns."""
     from rich.console import Console
-    return Console(stderr=stderr, highlight=False, soft_wrap=False)
+    c = Console(stderr=stderr, highlight=False, soft_wrap=False)
+    if not c.is_terminal:
+        c.width = max(c.width, 160)
+    return c

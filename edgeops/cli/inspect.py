@@ -144,11 +144,7 @@ def _coverage(g, placements) -> dict[str, dict[str, dict]]:
 # ---- human output ----------------------------------------------------------------------------
 
 def wide_console():
-    """The CLI console; piped into a file or a pager, it does not fold names at 80 columns."""
-    c = console()
-    if not c.is_terminal:
-        c.width = max(c.width, 160)
-    return c
+    return console()
 
 
 def _num(x) -> str:
