@@ -8,7 +8,8 @@ from edgeops.ops.base import Attr, OpDef, define_op
 class Dropout(OpDef):
     name = "Dropout"
     min_inputs, max_inputs = 1, 3
-    attrs = {"seed": Attr("int", None)}
+    # ratio/is_test were attributes before opset 12 (old exports such as the light_* models)
+    attrs = {"seed": Attr("int", None), "ratio": Attr("float", None), "is_test": Attr("int", None)}
     flops_per_element = 0
 
     @classmethod
