@@ -13,7 +13,9 @@ class Dropout(OpDef):
     flops_per_element = 0
 
     @classmethod
-    def reference(cls, x, ratio=None, training_mode=None, **_):
+    def reference(cls, x, *optional, **_attrs):
+        # optional inputs: ratio (ignored at inference), training_mode
+        training_mode = optional[1] if len(optional) > 1 else None
         if training_mode is not None and bool(training_mode):
             raise OpDefinitionError(f"{cls.name}: training_mode=True is not supported; edgeops "
                                     f"runs inference only (export the model in eval mode)")
