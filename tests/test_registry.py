@@ -57,11 +57,11 @@ def test_reference_kernel_runs_the_op_reference(rng):
 
 
 def test_duplicate_name_and_same_priority_are_errors(throwaway):
-    throwaway("Relu", "neon", name="neon.test_relu_a", priority=5)(lambda i, a, t=None: i)
+    throwaway("TestOnlyOp", "neon", name="neon.test_relu_a", priority=5)(lambda i, a, t=None: i)
     with pytest.raises(RuntimeError, match="registered twice"):
         registry.register_kernel("Relu", "cuda", name="neon.test_relu_a")(lambda i, a: i)
     with pytest.raises(RuntimeError, match="priority 5"):
-        registry.register_kernel("Relu", "neon", name="neon.test_relu_b", priority=5)(lambda i, a: i)
+        registry.register_kernel("TestOnlyOp", "neon", name="neon.test_relu_b", priority=5)(lambda i, a: i)
 
 
 def test_unknown_target_is_rejected():
@@ -69,31 +69,33 @@ def test_unknown_target_is_rejected():
         registry.register_kernel("Relu", "tpu")
 
 
-def test_failed_lookup_names_what_exists_and_where_to_add():
+def test_failed_lookup_names_what_exists_and_where_to_add(throwaway):
+    throwaway("TestOnlyOp", "neon", name="neon.test_only", dtypes=("fp32", "int8"))(lambda i, a, t=None: i)
+    throwaway("TestOnlyOp", "ascend", name="ascend.test_only", dtypes=("fp16",))(lambda i, a, t=None: i)
     with pytest.raises(KernelNotFoundError) as e:
-        registry.find("Relu", "cuda", "int8")
+        registry.find("TestOnlyOp", "cuda", "int8")
     msg = str(e.value)
-    assert "no kernel for Relu on target 'cuda' with dtype int8" in msg
-    assert "reference(fp32,fp64)" in msg and "targets/cuda/" in msg
+    assert "no kernel for TestOnlyOp on target 'cuda' with dtype int8" in msg
+    assert "available: ascend(fp16), neon(fp32,int8)" in msg and "targets/cuda/" in msg
 
 
 def test_select_walks_targets_in_order_and_respects_dtype_and_predicate(throwaway):
-    throwaway("Relu", "neon", name="neon.test_relu", dtypes=("fp32",),
+    throwaway("TestOnlyOp", "neon", name="neon.test_relu", dtypes=("fp32",),
               predicate=lambda n: True if n.input_shapes[0][-1] % 4 == 0 else "last dim not /4")(
         lambda i, a, t=None: i)
-    throwaway("Relu", "cuda", name="cuda.test_relu", dtypes=("fp16",))(lambda i, a, t=None: i)
-    s = registry.select(FakeNode("Relu"), FakeBoard())
+    throwaway("TestOnlyOp", "cuda", name="cuda.test_relu", dtypes=("fp16",))(lambda i, a, t=None: i)
+    s = registry.select(FakeNode("TestOnlyOp"), FakeBoard())
     assert s.kernel.name == "neon.test_relu" and s.target == "neon"
     assert "cuda.test_relu takes fp16" not in s.reason
-    s = registry.select(FakeNode("Relu", input_shapes=[(4, 5)]), FakeBoard())
+    s = registry.select(FakeNode("TestOnlyOp", input_shapes=[(4, 5)]), FakeBoard())
     assert s.kernel is None and s.target == "onnxruntime"
     assert "last dim not /4" in s.reason and "cuda.test_relu takes fp16, node is fp32" in s.reason
 
 
 def test_higher_priority_wins(throwaway):
-    throwaway("Relu", "neon", name="neon.test_low", priority=1)(lambda i, a, t=None: i)
-    throwaway("Relu", "neon", name="neon.test_high", priority=9)(lambda i, a, t=None: i)
-    assert registry.select(FakeNode("Relu"), FakeBoard(targets=("neon",))).kernel.name == "neon.test_high"
+    throwaway("TestOnlyOp", "neon", name="neon.test_low", priority=1)(lambda i, a, t=None: i)
+    throwaway("TestOnlyOp", "neon", name="neon.test_high", priority=9)(lambda i, a, t=None: i)
+    assert registry.select(FakeNode("TestOnlyOp"), FakeBoard(targets=("neon",))).kernel.name == "neon.test_high"
 
 
 def test_node_without_any_kernel_stays_in_onnxruntime():

@@ -1,0 +1,208 @@
+"""Run ``ai.edgeops`` ops inside ONNX Runtime, through onnxruntime-extensions' Python custom ops.
+
+Usage, in your own session::
+
+    so = onnxruntime.SessionOptions()
+    edgeops.ort.register(so, target="reference")
+    model = edgeops.ort.prepare(model)           # see "Why prepare" below
+    sess = onnxruntime.InferenceSession(model.SerializeToString(), so)
+    outputs = sess.run(None, feeds)
+    edgeops.ort.raise_errors()                   # kernel failures of this thread's last runs
+
+or ``edgeops.ort.session(model_or_path, target=...)``, which does all of that and raises kernel
+failures from ``run`` itself. Running ai.edgeops nodes needs Python in the ONNX Runtime process.
+
+How dispatch works. onnxruntime-extensions registers ONE Python function per op name for the
+whole process, so the target cannot be a global switch (two sessions with different targets
+would race on it). :func:`prepare` writes everything a node needs into one string attribute,
+``edgeops_dispatch`` (JSON: op attributes, target, optional ``kernel`` id and ``tiling`` taken
+from the node's own attributes of those names, which inputs are present); the op's function
+looks the kernel up per call from that string, cached, so every node carries its own choice.
+Without a ``kernel`` attribute a node gets the highest-priority kernel of its target that
+accepts its inputs, then the ``reference`` kernel.
+
+Why prepare. The bridge declares every input required and every declared attribute mandatory
+(a missing one fails session creation), and it prints float attributes with 6 digits. So each op
+is registered with its full input list and one string attribute; prepare pads omitted optional
+inputs with an empty fp32 placeholder, carries attributes exactly, and checks kernel ids, tiling
+JSON and attributes with clear errors, because at run time a Python exception inside a custom op
+aborts the process (pybind11's error escapes the bridge). The op function therefore never
+raises: it records the error and returns NaN outputs; :func:`session`'s ``run`` raises it, or
+:func:`raise_errors` in your own session.
+
+Dtypes. The bridge aborts on fp16 tensors, so ai.edgeops nodes are declared fp32 (ONNX Runtime
+refuses an fp16 input when the session is made); a kernel that computes in fp16 gets its inputs
+converted inside the call. The stock bridge returns outputs through ``.tolist()`` (~75 ms per 1M
+floats here); :func:`install_fast_hook` hands numpy arrays back (benchmarks/ort_boundary.py).
+
+Threads. A custom op runs on the thread that called ``run``, holding the GIL; its kernel may use
+Numba's pool (GNU OpenMP by default). ONNX Runtime's intra-op threads spin-wait between ops and
+OpenMP workers spin after each parallel region, so on few cores each side waits for the other's
+spinners to be descheduled. Measured on the 2 shared cores here (ORT Sigmoid and a Numba-parallel
+ai.edgeops op alternating, 6 nodes on 1M floats, 2 + 2 threads): 46 ms per run with both defaults, 28 ms
+with ORT's spinning off, 3.4 ms with OMP_WAIT_POLICY=PASSIVE too (2.7 ms all single-threaded).
+So :func:`register` turns ORT's spinning off (``session.intra_op.allow_spinning`` and
+``session.inter_op.allow_spinning`` = "0"), sets ``OMP_WAIT_POLICY=PASSIVE`` unless the
+environment sets it (it only takes effect before OpenMP starts: a warning says when that was too
+late), runs nodes sequentially (parallel execution only queues on the GIL) and keeps
+intra_op_num_threads at the core count. Settings the caller made are kept.
+"""
+from __future__ import annotations
+
+import os
+from typing import Sequence
+
+import numpy as np
+
+from edgeops.ort.bridge import (declare_ops, install_fast_hook, raise_errors, session_class,
+                                take_errors)
+from edgeops.ort.dispatch import (DISPATCH_ATTR, KernelRuntimeError, OrtIntegrationError,
+                                  make_spec, resolve)
+
+PLACEHOLDER = "edgeops.absent"
+_TARGET_KEY, _DONE_KEY = "edgeops.target", "edgeops.registered"
+
+
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:   # not Linux
+        return os.cpu_count() or 1
+
+
+def _entry(so, key: str) -> str | None:
+    try:
+        return so.get_session_config_entry(key)
+    except RuntimeError:   # ONNX Runtime raises for an absent key
+        return None
+
+
+def _passive_openmp() -> None:
+    if "OMP_WAIT_POLICY" in os.environ:    # the user's choice
+        return
+    os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
+    try:
+        with open("/proc/self/maps") as f:
+            loaded = "libgomp" in f.read()
+    except OSError:   # not Linux: nothing to check
+        loaded = False
+    if loaded:
+        import warnings
+        from edgeops.errors import EdgeOpsWarning
+        warnings.warn(EdgeOpsWarning(
+            "OpenMP was started before edgeops.ort.register, so its workers keep spin-waiting and "
+            "slow ONNX Runtime sessions with edgeops ops several-fold on few cores; set "
+            "OMP_WAIT_POLICY=PASSIVE in the environment"), stacklevel=3)
+
+
+def register(session_options=None, target: str = "reference", *, threads: int | None = None,
+             fast_hook: bool = True):
+    """Make every ai.edgeops op runnable in sessions made with ``session_options`` (created when
+    None; returned). ``target``: the default :func:`prepare` uses for nodes with no kernel
+    attribute. ``threads``: ONNX Runtime's intra-op threads (default: the cores this process may
+    use, unless already set). Calling it twice on one SessionOptions is harmless."""
+    import onnxruntime as ort
+    from onnxruntime_extensions import get_library_path
+    from edgeops.registry import KNOWN_TARGETS
+    if target not in KNOWN_TARGETS:
+        raise OrtIntegrationError(f"unknown target {target!r}; known: {', '.join(KNOWN_TARGETS)}")
+    so = session_options if session_options is not None else ort.SessionOptions()
+    _passive_openmp()
+    declare_ops()
+    install_fast_hook(fast_hook)
+    if _entry(so, _TARGET_KEY) != target:
+        so.add_session_config_entry(_TARGET_KEY, target)
+    if _entry(so, _DONE_KEY) is None:   # a second registration makes session creation fail
+        so.register_custom_ops_library(get_library_path())
+        so.add_session_config_entry(_DONE_KEY, "1")
+        for key in ("session.intra_op.allow_spinning", "session.inter_op.allow_spinning"):
+            if _entry(so, key) is None:
+                so.add_session_config_entry(key, "0")
+        so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    if threads is not None:
+        so.intra_op_num_threads = int(threads)
+    elif so.intra_op_num_threads == 0:
+        so.intra_op_num_threads = _cores()
+    return so
+
+
+def prepare(model, target: str | None = None, *, session_options=None):
+    """A copy of ``model`` (ModelProto) whose ai.edgeops nodes carry the dispatch attribute and
+    all their inputs, ready for a session registered with :func:`register`. ``target``: explicit,
+    else the one ``session_options`` was registered with, else ``reference``. Raises
+    OrtIntegrationError / OpDefinitionError / KernelNotFoundError naming the node."""
+    import onnx
+    from onnx import helper, numpy_helper
+    from edgeops.ops import EDGEOPS_DOMAIN, get_op
+    from edgeops.registry import load_targets
+    if target is None:
+        target = (_entry(session_options, _TARGET_KEY) if session_options is not None else None) or "reference"
+    load_targets()
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    g = m.graph
+    names = {t.name for t in g.initializer} | {i.name for i in g.input} | {
+        x for n in g.node for x in [*n.input, *n.output]}
+    placeholder = None
+    for k, n in enumerate(g.node):
+        if n.domain != EDGEOPS_DOMAIN:
+            continue
+        where = n.name or f"{n.op_type}#{k}"
+        od = get_op(n.op_type, n.domain)
+        raw = {a.name: helper.get_attribute_value(a) for a in n.attribute}
+        raw = {key: v.decode() if isinstance(v, bytes) else v for key, v in raw.items()}
+        if DISPATCH_ATTR in raw:     # prepared already: check it, keep it
+            resolve(raw[DISPATCH_ATTR])
+            continue
+        kernel, tiling = raw.pop("kernel", None), raw.pop("tiling", None)
+        if not od.min_inputs <= len(n.input) <= od.max_inputs:
+            raise OrtIntegrationError(f"node {where!r}: {od.qualname()} takes {od.min_inputs}.."
+                                      f"{od.max_inputs} inputs, got {len(n.input)}")
+        present = [bool(x) for x in n.input] + [False] * (od.max_inputs - len(n.input))
+        attrs = od.parse_attrs(raw, where)
+        spec = make_spec(od, where, target, kernel, tiling, attrs, present)
+        resolve(spec)    # every check now, before ONNX Runtime holds the node
+        if not all(present):
+            if placeholder is None:
+                placeholder = PLACEHOLDER
+                while placeholder in names:
+                    placeholder += "_"
+                g.initializer.append(numpy_helper.from_array(np.zeros(0, np.float32), placeholder))
+            ins = [x if p else placeholder for x, p in zip([*n.input, *[""] * len(present)], present)]
+            del n.input[:]
+            n.input.extend(ins)
+        n.attribute.append(helper.make_attribute(DISPATCH_ATTR, spec))
+    if not any(o.domain == EDGEOPS_DOMAIN for o in m.opset_import):
+        m.opset_import.append(helper.make_opsetid(EDGEOPS_DOMAIN, 1))
+    return m
+
+
+def _load(src):
+    import onnx
+    from edgeops.errors import ModelError
+    if isinstance(src, onnx.ModelProto):
+        return src
+    if isinstance(src, (bytes, bytearray)):
+        return onnx.load_model_from_string(bytes(src))
+    path = os.fspath(src)
+    if os.path.isdir(path):        # a package directory
+        path = os.path.join(path, "model.onnx")
+    if not os.path.isfile(path):
+        raise ModelError(f"{path} does not exist; give an .onnx file, a package directory or a "
+                         f"ModelProto")
+    return onnx.load(path)
+
+
+def session(model_or_path, target: str = "reference", providers: Sequence[str] | None = None, *,
+            threads: int | None = None, session_options=None):
+    """An ``onnxruntime.InferenceSession`` for a model (ModelProto, bytes, .onnx path or package
+    directory) with edgeops' ops registered and the model prepared for ``target``. Its ``run``
+    raises KernelRuntimeError when a kernel failed during that run."""
+    so = register(session_options, target, threads=threads)
+    model = prepare(_load(model_or_path), target)
+    return session_class()(model.SerializeToString(), so,
+                           providers=list(providers or ["CPUExecutionProvider"]))
+
+
+__all__ = ["DISPATCH_ATTR", "KernelRuntimeError", "OrtIntegrationError", "install_fast_hook",
+           "prepare", "raise_errors", "register", "session", "take_errors"]

@@ -1,0 +1,153 @@
+"""Per-node dispatch of ai.edgeops ops: the ``edgeops_dispatch`` attribute that
+:func:`edgeops.ort.prepare` writes (JSON: op, node name, target, optional kernel id and tiling,
+attributes, which inputs are present), parsed once per distinct string and cached, then the
+kernel chosen from it: the named kernel, else the highest-priority kernel of the target that
+accepts the inputs, else the ``reference`` kernel."""
+from __future__ import annotations
+
+import inspect
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from edgeops.errors import EdgeOpsError
+
+DISPATCH_ATTR = "edgeops_dispatch"
+FORMAT = 1
+
+
+class OrtIntegrationError(EdgeOpsError):
+    """An ai.edgeops node cannot be prepared or run in ONNX Runtime (kernel id, tiling, op)."""
+
+
+class KernelRuntimeError(OrtIntegrationError):
+    """A kernel failed while ONNX Runtime ran a session; its outputs were NaN."""
+
+
+@dataclass
+class _NodeView:
+    """What registry predicates read of a node, built from the actual inputs."""
+    op_type: str
+    domain: str
+    attrs: dict
+    input_dtypes: list
+    input_shapes: list
+
+
+@dataclass
+class _Dispatch:
+    od: Any
+    node: str
+    target: str
+    kernel: Any                 # a registry Kernel, or None: choose per input shapes
+    tiling: Any
+    attrs: dict
+    present: tuple[bool, ...]
+
+    def __post_init__(self):
+        self._by_shape: dict = {}
+        self._trim = len(self.present) - self.present[::-1].index(True)   # omitted trailing inputs
+        self._all = all(self.present[:self._trim])
+
+    def call(self, inputs):
+        xs = list(inputs[:self._trim]) if self._all else [
+            x if p else None for x, p in zip(inputs[:self._trim], self.present)]
+        k = self.kernel
+        if k is None:   # chosen once per input shapes (a predicate may depend on them)
+            key = tuple([None if x is None else x.shape for x in xs])
+            k = self._by_shape.get(key)
+            if k is None:
+                k = self._by_shape[key] = _choose_kernel(self.od, self.target, self.attrs, xs, self.node)
+        if "fp32" not in k.dtypes and "fp16" in k.dtypes:   # fp16 lives inside the call
+            xs = [x if x is None else x.astype(np.float16) for x in xs]
+        outs = k.fn(xs, self.attrs, tiling=self.tiling) if self.tiling is not None else k.fn(xs, self.attrs)
+        if isinstance(outs, np.ndarray):
+            outs = [outs]
+        if len(outs) == 1:
+            return np.ascontiguousarray(outs[0], dtype=np.float32)
+        return tuple(np.ascontiguousarray(o, dtype=np.float32) for o in outs)
+
+
+def _choose_kernel(od, target, attrs, xs, node):
+    from edgeops.registry import REFERENCE, kernels, op_key
+    view = _NodeView(od.name, od.domain, attrs, [None if x is None else "fp32" for x in xs],
+                     [None if x is None else tuple(x.shape) for x in xs])
+    op = op_key(od.name, od.domain)
+    for k in kernels(op, target) + (kernels(op, REFERENCE) if target != REFERENCE else []):
+        if k.applies(view)[0]:
+            return k
+    raise OrtIntegrationError(f"node {node!r}: no kernel for {op} on target {target!r} or "
+                              f"{REFERENCE!r} accepts inputs {view.input_shapes}")
+
+
+def make_spec(od, node: str, target: str, kernel: str | None, tiling: str | None, attrs: dict,
+              present: list[bool]) -> str:
+    """The dispatch attribute's value (floats as JSON numbers: exact, unlike the bridge's own
+    attribute printing)."""
+    return json.dumps({"format": FORMAT, "op": od.name, "domain": od.domain, "node": node,
+                       "target": target, "kernel": kernel, "tiling": tiling,
+                       "attrs": {a: list(v) if isinstance(v, tuple) else v for a, v in attrs.items()},
+                       "present": present}, sort_keys=True)
+
+
+_cache: dict[str, _Dispatch] = {}
+
+
+def resolve(spec: str) -> _Dispatch:
+    d = _cache.get(spec)
+    if d is None:
+        d = _cache[spec] = _parse(spec)
+    return d
+
+
+def _parse(spec: str) -> _Dispatch:
+    from edgeops.ops import get_op
+    from edgeops.registry import KNOWN_TARGETS, kernel_by_name, op_key
+    try:
+        d = json.loads(spec)
+        op_type, domain, node = d["op"], d["domain"], d["node"]
+    except (ValueError, KeyError, TypeError):
+        raise OrtIntegrationError(f"{DISPATCH_ATTR} attribute {spec[:80]!r} is not what "
+                                  f"edgeops.ort.prepare writes; prepare the model again") from None
+    if d.get("format") != FORMAT:
+        raise OrtIntegrationError(f"node {node!r}: {DISPATCH_ATTR} format {d.get('format')} is "
+                                  f"not {FORMAT}; prepare the model with this edgeops")
+    od = get_op(op_type, domain)
+    attrs = od.parse_attrs(d["attrs"], node)
+    target = d["target"]
+    if target not in KNOWN_TARGETS:
+        raise OrtIntegrationError(f"node {node!r}: unknown target {target!r}; known: "
+                                  f"{', '.join(KNOWN_TARGETS)}")
+    kernel = None
+    if d.get("kernel"):
+        try:
+            kernel = kernel_by_name(d["kernel"])
+        except EdgeOpsError as e:
+            raise OrtIntegrationError(f"node {node!r}: attribute kernel={d['kernel']!r}: {e}") from None
+        if kernel.op != op_key(op_type, domain):
+            raise OrtIntegrationError(f"node {node!r}: kernel {kernel.name!r} implements "
+                                      f"{kernel.op}, not {op_key(op_type, domain)}")
+    tiling = _tiling(d.get("tiling"), node, kernel)
+    return _Dispatch(od, node, target, kernel, tiling, attrs, tuple(d["present"]))
+
+
+def _tiling(text, node, kernel):
+    if not text:
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError as e:
+        raise OrtIntegrationError(f"node {node!r}: attribute tiling is not valid JSON ({e}): "
+                                  f"{text[:80]!r}") from None
+    if kernel is None:
+        raise OrtIntegrationError(f"node {node!r}: a tiling is given without a kernel attribute; "
+                                  f"a tiling belongs to one kernel, so name it")
+    if "tiling" not in inspect.signature(kernel.fn).parameters:
+        raise OrtIntegrationError(f"node {node!r}: kernel {kernel.name!r} takes no tiling")
+    from edgeops.tiling import Tiling   # the versioned value packages and the tuning cache hold
+    try:
+        return Tiling.from_dict(value)
+    except EdgeOpsError as e:
+        raise OrtIntegrationError(f"node {node!r}: attribute tiling: {e}") from None

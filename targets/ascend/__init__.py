@@ -1,0 +1,1 @@
+"""Ascend-style NPU target: explicit-DMA programs on a functional emulator."""
