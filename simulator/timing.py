@@ -1,0 +1,137 @@
+"""Timing of one tiled operator: DMA engines, compute units, pipelining, cores, launch.
+
+Each :class:`~edgeops.simulator.nest.Move` is routed over the board's paths (a move between
+memories without a direct path crosses the intermediate levels: DRAM -> L3 -> L2 on a CPU puts
+the same bytes on both hops). A hop costs ``bytes / (bandwidth x burst efficiency) + setup x
+transfers``, where burst efficiency ``run / roundup(run, burst)`` applies to hops touching the
+off-chip memory (``run`` = contiguous bytes per row of the tile there). A shared link's bandwidth
+is divided among the active cores. Hops that use the same engine (an NPU's MTE2 queue) serialise;
+on CPUs and GPUs every hop is its own stage (caches and load units are separate hardware).
+
+Pipelining. Stages are the engines and the compute unit. A stage whose buffers are all double
+buffered overlaps with the others; every other stage runs in series with compute, forming one
+serial super-stage. With ``busy_i`` the time of stage ``i`` and ``s_i = busy_i / steps_i`` its time
+per tile step::
+
+    T = max_i busy_i + sum_i s_i - s_argmax        (fill and drain: one step of every stage)
+
+so a single-buffered copy-in/compute/copy-out pipeline takes the sum of its stages and three
+equal stages use compute 1/3 of the time, while double buffering approaches 1 as tiles grow in
+number. Latency = launch overhead x launches + T on the busiest core.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from edgeops.errors import BoardError
+from edgeops.simulator.tilemath import roundup
+
+BOUNDS = ("compute", "dma", "launch")
+
+
+@dataclass
+class Timing:
+    latency_s: np.ndarray
+    bound: np.ndarray                       # index into BOUNDS
+    stage_busy_s: dict[str, np.ndarray]     # engine/stage -> busy seconds (busiest core)
+    unit_busy_s: dict[str, np.ndarray]
+    hop_bytes: dict[str, np.ndarray]        # "src->dst" -> bytes (all cores)
+
+    def utilisation(self) -> dict[str, np.ndarray]:
+        return {u: b / np.maximum(self.latency_s, 1e-30) for u, b in self.unit_busy_s.items()}
+
+
+def links_for(hw, src: str, dst: str):
+    try:
+        return hw.route(src, dst)
+    except BoardError:
+        # partial sums coming back (e.g. GM -> L0C on Ascend) use the figures of the way out
+        back = hw.route(dst, src)
+        return tuple(type(ln)(ln.dst, ln.src, ln.engine, ln.bandwidth, ln.setup_s, ln.burst,
+                              ln.shared) for ln in reversed(back))
+
+
+def hop_traffic(hw, moves) -> dict[str, np.ndarray]:
+    """Bytes on every hop (``"src->dst"``), summed over operands and cores."""
+    out: dict[str, np.ndarray] = {}
+    for mv in moves:
+        for ln in links_for(hw, mv.src, mv.dst):
+            out[ln.key] = out.get(ln.key, 0) + mv.bytes
+    return out
+
+
+def pipeline(stages: list[tuple]) -> np.ndarray:
+    """``stages`` = (busy, steps, overlapped) per stage; the serial ones fold into one stage."""
+    groups = []
+    serial_busy, serial_steps = 0.0, 1
+    for busy, steps, over in stages:
+        if np.all(over):
+            groups.append((busy, steps))
+        elif not np.any(over):
+            serial_busy = serial_busy + busy
+            serial_steps = np.maximum(serial_steps, steps)
+        else:
+            groups.append((np.where(over, busy, 0.0), steps))
+            serial_busy = serial_busy + np.where(over, 0.0, busy)
+            serial_steps = np.maximum(serial_steps, np.where(over, 1, steps))
+    groups.append((serial_busy, serial_steps))
+    top_busy, top_step, step_sum = 0.0, 0.0, 0.0
+    for busy, steps in groups:
+        step = busy / np.maximum(steps, 1)
+        step_sum = step_sum + step
+        bigger = busy > top_busy
+        top_busy = np.where(bigger, busy, top_busy)
+        top_step = np.where(bigger, step, top_step)
+    return top_busy + step_sum - top_step
+
+
+def op_timing(hw, moves, compute: dict[str, tuple], *, core_frac, active, launches=1,
+              always_overlap=False) -> Timing:
+    """Time one operator.
+
+    ``compute``: unit name -> (flops executed (padded), flops per cycle per core, hz, steps);
+    the first unit is in series with the serial transfers, any other overlaps like a DMA.
+    ``core_frac``: fraction of all work the busiest core does; ``active``: cores in use.
+    ``always_overlap`` (bool or per candidate): every transfer overlaps compute whatever its
+    buffers (CPU hardware prefetch; a GPU SM with two or more resident blocks).
+    """
+    per_engine = hw.family == "ascend"
+    stage: dict[str, list] = {}
+    hop_bytes: dict[str, np.ndarray] = {}
+    for mv in moves:
+        for ln in links_for(hw, mv.src, mv.dst):
+            hop_bytes[ln.key] = hop_bytes.get(ln.key, 0) + mv.bytes
+            inv_bw = (np.maximum(active, 1) if ln.shared else 1.0) / ln.bandwidth
+            if hw.offchip.name in (ln.src, ln.dst) and np.any(np.asarray(mv.run) > 0):
+                run = np.maximum(np.asarray(mv.run), 1)
+                inv_bw = inv_bw * (roundup(run, ln.burst) / run)
+            t = (mv.bytes * inv_bw + ln.setup_s * mv.transfers) * core_frac
+            name = ln.engine if per_engine else ln.key
+            s = stage.setdefault(name, [0.0, 0, True])
+            s[0] = s[0] + t
+            s[1] = s[1] + mv.transfers * core_frac
+            s[2] = s[2] & np.logical_or(always_overlap, np.asarray(mv.bufs) >= 2)
+    stages, unit_busy = [], {}
+    for i, (unit, (flops, fpc, hz, steps)) in enumerate(compute.items()):
+        busy = flops * core_frac / (fpc * hz)
+        unit_busy[unit] = busy
+        # the first unit carries the loop nest; another one (a Vector epilogue beside the Cube,
+        # CUDA cores beside tensor cores) works on the previous tile meanwhile
+        stages.append((busy, np.maximum(np.asarray(steps) * core_frac, 1), i > 0))
+    stage_busy = {}
+    for name, (busy, steps, over) in stage.items():
+        stage_busy[name] = busy
+        stages.append((busy, steps, over))
+    body = pipeline(stages)
+    launch = hw.launch_s * launches
+    latency = launch + body
+    comp = 0.0
+    for busy in unit_busy.values():
+        comp = np.maximum(comp, busy)
+    dma = 0.0
+    for name, (busy, steps, over) in stage.items():
+        dma = np.maximum(dma, busy)
+    bound = np.where(launch > body, 2, np.where(comp >= dma, 0, 1))
+    return Timing(np.asarray(latency, float), bound, stage_busy, unit_busy, hop_bytes)
