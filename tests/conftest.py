@@ -7,6 +7,15 @@ import pytest
 FULL = os.environ.get("EDGEOPS_TEST_FULL") == "1"
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _private_cache_dir(tmp_path_factory):
+    """Tests never read or write the user's ~/.cache/edgeops (tuning cache, host figures)."""
+    mp = pytest.MonkeyPatch()
+    mp.setenv("EDGEOPS_CACHE_DIR", str(tmp_path_factory.mktemp("edgeops-cache")))
+    yield
+    mp.undo()
+
+
 def pytest_collection_modifyitems(config, items):
     skip_full = pytest.mark.skip(reason="part of the full suite only: run `make test-full` "
                                         "(EDGEOPS_TEST_FULL=1); CI runs a representative subset")

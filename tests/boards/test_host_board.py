@@ -111,7 +111,7 @@ def test_host_board_from_a_fake_machine(pi5_like, monkeypatch, isolated_host_cac
 
 
 def test_measured_once_then_read_from_the_cache(monkeypatch, isolated_host_cache):
-    from conftest import fake_measurement
+    fake_measurement = host.measure   # the autouse fixture's fake benchmark
     calls = []
     monkeypatch.setattr(host, "measure", lambda info: calls.append(info) or fake_measurement(info))
     first = boards.load("host")
