@@ -13,6 +13,15 @@ It works on plain numbers and numpy arrays (one entry per candidate tiling)::
     stream_pass(hw, name, in_bytes, out_bytes, flops, dtype) -> PassResult
     tilemath: classes / count / padded_sum / window_rows_clipped ...
 
+Graph level (the tilings come from the caller: ``edgeops.tiling.graphsim.simulate_model`` plans
+and calls these)::
+
+    simulate_graph(graph, board, costs) -> GraphSim  per-node rows (model tiled|stream|view),
+        launches, total latency, peak activation memory, .trace() (Chrome trace), .to_dict()
+    plan_memory(steps, sizes, inputs, outputs) -> MemoryPlan   in-place reuse, views, arena
+    peer_latency(nodes_or_subgraph, board) -> PeerEstimate     ONNX Runtime's own execution
+    chrome_trace(rows, board)                                  ``edgeops.simulator.plot``: PNGs
+
 The traffic conventions (what an emulator must reproduce byte for byte) are in ``nest.py`` and
 ``gemmview.py``; the timing model in ``timing.py``.
 """
@@ -23,8 +32,14 @@ from edgeops.simulator.hardware import (ACC_DTYPE, ELEM_BYTES, HardwareModel, Le
 from edgeops.simulator.nest import Candidates, Move, Nest, NestEval, Operand, Window
 from edgeops.simulator.passes import PassResult, stream_pass
 from edgeops.simulator.timing import BOUNDS, Timing, op_timing, pipeline
+from edgeops.simulator.graph import GraphSim, NodeCost, simulate_graph
+from edgeops.simulator.memplan import MemoryPlan, Step, plan_memory
+from edgeops.simulator.peer import PeerEstimate, PeerPass, peer_latency
+from edgeops.simulator.trace import chrome_trace
 
 __all__ = ["ACC_DTYPE", "BOUNDS", "Candidates", "ELEM_BYTES", "Evaluation", "GEMM_PERMS", "GemmView",
            "HardwareModel", "Level", "Link", "Memory", "Move", "Nest", "NestEval", "Operand",
            "PassResult", "Prediction", "Timing", "UnitModel", "Window", "evaluate_nest",
-           "from_board", "op_timing", "pipeline", "stream_pass"]
+           "from_board", "op_timing", "pipeline", "stream_pass",
+           "GraphSim", "MemoryPlan", "NodeCost", "PeerEstimate", "PeerPass", "Step",
+           "chrome_trace", "peer_latency", "plan_memory", "simulate_graph"]

@@ -33,31 +33,24 @@ KINDS = ("issue", "dma", "compute", "set", "wait", "barrier")
 
 
 class Trace:
-    """One core's executed instructions, appended by an emulator in program order."""
-    __slots__ = ("core", "unit", "kind", "link", "amount", "runs", "dtype", "dep")
+    """One core's executed instructions, appended by an emulator in program order: per
+    instruction (unit, kind, link, amount, runs, dtype, dep) -- a tuple, as millions are kept."""
+    __slots__ = ("core", "rows")
 
     def __init__(self, core: str = ""):
-        self.core = core
-        self.unit, self.kind, self.link, self.amount = [], [], [], []
-        self.runs, self.dtype, self.dep = [], [], []
+        self.core, self.rows = core, []
 
     def add(self, unit: str, kind: str, link: str | None = None, amount: float = 0.0,
             runs: int = 0, dtype: str | None = None, dep: int = -1) -> int:
-        self.unit.append(unit)
-        self.kind.append(kind)
-        self.link.append(link)
-        self.amount.append(amount)
-        self.runs.append(runs)
-        self.dtype.append(dtype)
-        self.dep.append(dep)
-        return len(self.unit) - 1
+        self.rows.append((unit, kind, link, amount, runs, dtype, dep))
+        return len(self.rows) - 1
 
     def __len__(self) -> int:
-        return len(self.unit)
+        return len(self.rows)
 
     @property
     def busy(self) -> bool:
-        return any(k in ("dma", "compute") for k in self.kind)
+        return any(r[1] in ("dma", "compute") for r in self.rows)
 
 
 @dataclass
@@ -114,17 +107,14 @@ class _Rates:
 
 def durations(tr: Trace, rates: _Rates, active: int) -> np.ndarray:
     """Seconds each traced instruction occupies its unit."""
-    n = len(tr)
-    out = np.zeros(n)
+    out = np.zeros(len(tr))
     cache: dict = {}
-    for i in range(n):
-        k = tr.kind[i]
+    for i, (unit, k, link, amount, runs, dtype, _) in enumerate(tr.rows):
         if k == "dma":
-            link = tr.link[i]
             if link not in cache:
                 cache[link] = rates.path(link)
             p = cache[link]
-            nbytes, runs = tr.amount[i], tr.runs[i]
+            nbytes = amount
             touches = rates.offchip in link.split("->")
             if touches and runs > 0 and nbytes > 0:
                 run = nbytes / runs
@@ -132,11 +122,11 @@ def durations(tr: Trace, rates: _Rates, active: int) -> np.ndarray:
             bw = p.bandwidth_bytes_per_s / (max(active, 1) if p.shared else 1)
             out[i] = p.setup_latency_s + nbytes / bw
         elif k == "compute":
-            key = (tr.unit[i], tr.dtype[i])
+            key = (unit, dtype)
             if key not in cache:
                 cache[key] = rates.unit(*key)
             fpc, hz = cache[key]
-            out[i] = tr.amount[i] / (fpc * hz)
+            out[i] = amount / (fpc * hz)
     return out
 
 
@@ -144,16 +134,14 @@ def replay_core(tr: Trace, dur: np.ndarray, issue_s: float) -> tuple[float, dict
     """(finish time, busy seconds per unit) of one core's trace."""
     free = dict.fromkeys(UNITS, 0.0)
     busy = dict.fromkeys(UNITS, 0.0)
-    finish = np.zeros(len(tr))
+    finish = [0.0] * len(tr)
     issued = 0.0
-    unit, kind, dep = tr.unit, tr.kind, tr.dep
-    for i in range(len(tr)):
+    dur = dur.tolist()
+    for i, (u, k, _, _, _, _, dep) in enumerate(tr.rows):
         issued += issue_s
-        u = unit[i]
         start = free[u] if free[u] > issued else issued
-        k = kind[i]
         if k == "wait":
-            t = finish[dep[i]]
+            t = finish[dep]
             start = t if t > start else start
         elif k == "barrier":
             start = max(start, max(free.values()))
@@ -168,21 +156,37 @@ def replay_core(tr: Trace, dur: np.ndarray, issue_s: float) -> tuple[float, dict
     return max(free.values()) if len(tr) else 0.0, busy
 
 
+class Replayer:
+    """Replays one kernel core by core, as the traces arrive (a trace can then be dropped:
+    a naive tiling of a large op runs millions of instructions). ``active`` is the number of
+    cores that run, which shares the bandwidth of shared paths."""
+
+    def __init__(self, board, active: int, issue_cycles: float = 1.0):
+        self.board, self.active = board, max(1, active)
+        self.rates, self.hz = _Rates(board), board.clock_hz
+        self.issue_s = issue_cycles / self.hz
+        self.times: list = []
+        self.best, self.best_busy = 0.0, dict.fromkeys(UNITS, 0.0)
+
+    def add(self, tr: Trace):
+        t, busy = replay_core(tr, durations(tr, self.rates, self.active), self.issue_s)
+        self.times.append(t)
+        if t > self.best or len(self.times) == 1:
+            self.best, self.best_busy = t, busy
+
+    def result(self, launches: int = 1) -> ReplayResult:
+        return ReplayResult(self.board.launch_overhead_s * launches + self.best, self.best,
+                            self.best_busy, self.hz, self.times, self.active)
+
+
 def replay(board, traces: list[Trace], *, launches: int = 1, issue_cycles: float = 1.0,
            active: int | None = None) -> ReplayResult:
     """Replay one kernel's per-core traces (all cores start together after the launch)."""
-    rates = _Rates(board)
-    run = [t for t in traces if t.busy]
-    act = active if active is not None else max(1, len(run))
-    hz = board.clock_hz
-    times, best, best_busy = [], -1.0, dict.fromkeys(UNITS, 0.0)
+    r = Replayer(board, active if active is not None else sum(1 for t in traces if t.busy),
+                 issue_cycles)
     for tr in traces:
-        t, busy = replay_core(tr, durations(tr, rates, act), issue_cycles / hz)
-        times.append(t)
-        if t > best:
-            best, best_busy = t, busy
-    body = max(best, 0.0)
-    return ReplayResult(board.launch_overhead_s * launches + body, body, best_busy, hz, times, act)
+        r.add(tr)
+    return r.result(launches)
 
 
 def combine(results: list[ReplayResult]) -> ReplayResult:

@@ -98,6 +98,7 @@ def op_timing(hw, moves, compute: dict[str, tuple], *, core_frac, active, launch
     buffers (CPU hardware prefetch; a GPU SM with two or more resident blocks).
     """
     per_engine = hw.family == "ascend"
+    shared_bus = hw.family in ("cpu", "gpu")
     stage: dict[str, list] = {}
     hop_bytes: dict[str, np.ndarray] = {}
     for mv in moves:
@@ -108,7 +109,9 @@ def op_timing(hw, moves, compute: dict[str, tuple], *, core_frac, active, launch
                 run = np.maximum(np.asarray(mv.run), 1)
                 inv_bw = inv_bw * (roundup(run, ln.burst) / run)
             t = (mv.bytes * inv_bw + ln.setup_s * mv.transfers) * core_frac
-            name = ln.engine if per_engine else ln.key
+            # one DRAM bus: a CPU's/GPU's reads and writes of off-chip memory share a stage
+            name = ln.engine if per_engine else (
+                hw.offchip.name if shared_bus and hw.offchip.name in (ln.src, ln.dst) else ln.key)
             s = stage.setdefault(name, [0.0, 0, True])
             s[0] = s[0] + t
             s[1] = s[1] + mv.transfers * core_frac

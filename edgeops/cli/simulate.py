@@ -1,0 +1,139 @@
+"""``edgeops simulate (MODEL | --op SPEC) --board NAME [--tiling auto|naive|FILE] [--shapes ...]
+[--json] [--plot PNG] [--trace FILE] [--emulate]``: predicted traffic, latency and bound of every
+node, launches, fusion, peak activation memory and the total latency of a model (or one op).
+
+It calls :func:`edgeops.tiling.graphsim.simulate_model` / :func:`~edgeops.tiling.graphsim.simulate_op`.
+``--tiling FILE``: a tiling JSON for ``--op`` (``edgeops tune --op ... --out``), a plan for a
+model (``edgeops tune MODEL --out``). ``--trace`` writes a Chrome trace (open it in
+https://ui.perfetto.dev); ``--plot`` a roofline PNG. ``--emulate`` (``--op`` on an Ascend board)
+also runs the op on the functional NPU emulator and prints measured next to predicted.
+"""
+from __future__ import annotations
+
+from edgeops.cli.common import console, print_json
+from edgeops.cli.tune import _fmt_bytes, fmt_s, one_of, progress_bar
+from edgeops.errors import EdgeOpsError
+
+
+def add(sub):
+    p = sub.add_parser("simulate", help="predict traffic, latency, memory and a timeline of a model or op")
+    p.add_argument("model", nargs="?", help="path to an .onnx model, or 'sample' (or use --op)")
+    p.add_argument("--op", metavar="SPEC", help="one operator, e.g. conv2d:N=1,C=3,H=224,W=224,K=64,R=7,S=7,stride=2,pad=3")
+    p.add_argument("--board", required=True, help="board name or board file")
+    p.add_argument("--target", help="target of the board (default: its first)")
+    p.add_argument("--tiling", default="auto", metavar="auto|naive|FILE",
+                   help="searched (auto, default), naive, or a tiling/plan JSON file")
+    p.add_argument("--objective", choices=["latency", "traffic"], default="latency",
+                   help="what --tiling auto optimises")
+    p.add_argument("--budget", type=int, default=250_000, help="search budget per op (auto)")
+    p.add_argument("--shapes", action="append", metavar="NAME:1x3x224x224[;...]",
+                   help="concrete sizes for model inputs with symbolic dims")
+    p.add_argument("--no-cache", action="store_true", help="neither read nor write the tuning cache")
+    p.add_argument("--json", action="store_true", help="one JSON document on stdout")
+    p.add_argument("--plot", metavar="PNG", help="write a roofline of the nodes as PNG")
+    p.add_argument("--trace", metavar="FILE", help="write the timeline as Chrome trace JSON (Perfetto)")
+    p.add_argument("--emulate", action="store_true",
+                   help="--op on an Ascend board: also run the functional NPU emulator")
+    p.set_defaults(func=run)
+
+
+def emulator():
+    """``edgeops.targets.ascend.emulate_op``, or a clear error when this build has none."""
+    try:
+        from edgeops.targets.ascend import emulate_op
+        return emulate_op
+    except ImportError:
+        pass
+    try:
+        from edgeops.targets.ascend.emulate import emulate_op
+        return emulate_op
+    except ImportError as e:
+        raise EdgeOpsError(f"--emulate: the Ascend emulator is not available in this installation "
+                           f"(edgeops.targets.ascend.emulate_op: {e})") from None
+
+
+def run(args) -> int:
+    one_of(args)
+    if args.emulate and not args.op:
+        raise EdgeOpsError("--emulate runs one operator: use it with --op SPEC")
+    emulate_op = None
+    if args.emulate:
+        from edgeops import boards
+        b = boards.load(args.board)
+        if "ascend" not in b.targets:
+            raise EdgeOpsError(f"--emulate needs an Ascend board; {b.name} is a {b.kind} board "
+                               f"(targets {', '.join(b.targets)})")
+        emulate_op = emulator()
+    doc = simulate(args)
+    if emulate_op is not None:
+        doc["emulated"] = emulate_op(args.op, doc["nodes"][0]["tiling"], args.board)
+    if args.json:
+        print_json(doc)
+    else:
+        print_report(doc)
+    return 0
+
+
+def simulate(args) -> dict:
+    """The ``--json`` document; writes --trace and --plot."""
+    from edgeops.tiling.graphsim import simulate_model, simulate_op
+    with progress_bar(not args.json, "planning") as bar:
+        if args.op:
+            sim = simulate_op(args.op, args.board, tiling=args.tiling, target=args.target,
+                              objective=args.objective, budget=args.budget, progress=bar)
+        else:
+            sim = simulate_model(args.model, args.board, tiling=args.tiling,
+                                 shapes=";".join(args.shapes) if args.shapes else None,
+                                 objective=args.objective, cache=not args.no_cache,
+                                 target=args.target, budget=args.budget, progress=bar)
+    doc = sim.to_dict()
+    if args.trace:
+        from edgeops.simulator.trace import write_trace
+        try:
+            write_trace(args.trace, sim.trace())
+        except OSError as e:
+            raise EdgeOpsError(f"cannot write the trace {args.trace}: {e.strerror}") from None
+        doc["trace"] = args.trace
+    if args.plot:
+        from edgeops import boards
+        from edgeops.simulator.plot import roofline
+        pts = [{"label": r["node"], "flops": r["flops"], "offchip_bytes": r["offchip_bytes"],
+                "latency_s": r["latency_s"]} for r in doc["nodes"] if r["model"] == "tiled"]
+        dtype = next((r["dtype"] for r in doc["nodes"] if r.get("dtype")), "fp16")
+        doc["plot"] = roofline(pts, boards.load(args.board), args.plot, dtype=dtype,
+                               target=args.target, title=f"{doc['model']} on {doc['board']}")
+    return doc
+
+
+def print_report(doc: dict) -> None:
+    from rich.markup import escape as e
+    from rich.table import Table
+    c = console()
+    peer = doc.get("peer")
+    t = Table(title=f"{e(doc['model'])} on {doc['board']} ({doc['target']}, tiling {doc['tiling']})")
+    cols = ["node", "op", "model", "off-chip", "latency", "bound", "launches", "tiling / note"]
+    if peer:
+        cols.insert(6, "ORT peer")
+    for col in cols:
+        t.add_column(col, overflow="fold")
+    for r in doc["nodes"]:
+        cells = [e(r["node"]), e(r["op"]), r["model"], _fmt_bytes(r["offchip_bytes"]),
+                 fmt_s(r["latency_s"]), r["bound"], str(r["launches"]),
+                 e(r["tiling_desc"] or r["note"])]
+        if peer:
+            cells.insert(6, fmt_s(r.get("peer_latency_s")))
+        t.add_row(*cells)
+    c.print(t)
+    c.print(f"total {fmt_s(doc['total_latency_s'])} over {doc['launches']} launches "
+            f"({fmt_s(doc['launch_s'])} of launch overhead); off-chip {_fmt_bytes(doc['offchip_bytes'])}; "
+            f"peak activation memory {_fmt_bytes(doc['peak_memory_bytes'])} (arena "
+            f"{_fmt_bytes(doc['arena_bytes'])})"
+            + (f"; ONNX Runtime peer {fmt_s(peer['latency_s'])}" if peer else "")
+            + (f"; fp32 runs as {doc['cast']['fp32']}" if doc.get("cast") else ""))
+    em = doc.get("emulated")
+    if em:
+        c.print(f"emulated: off-chip {_fmt_bytes(em['emulated']['offchip_bytes'])}, latency "
+                f"{fmt_s(em['emulated']['latency_s'])}; max rel error {em.get('max_rel_error', 0):.2e}")
+    for k in ("trace", "plot"):
+        if doc.get(k):
+            c.print(f"wrote {e(doc[k])}")
