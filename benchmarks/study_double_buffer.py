@@ -1,9 +1,12 @@
 """Study (c): double buffering. Vector-unit utilisation of a copy-in / compute / copy-out pipeline
 with one buffer per tensor versus two.
 
-1. The timing model alone (``edgeops.simulator.pipeline``): three equal stages of n tile steps.
-   Single-buffered they run in series -- utilisation 1/3 whatever n; double-buffered the steady
-   state is the slowest stage plus one step of fill and drain -- n / (n + 2).
+1. The timing model alone (``edgeops.simulator.queue_pipeline``, the NPU's queue discipline):
+   three equal stages of n tile steps. One buffer shared by all three (in-place compute: CopyIn,
+   Compute and CopyOut hold it in turn) serialises them -- utilisation 1/3 whatever n. One buffer
+   per queue (Ascend C: an input queue CopyIn -> Compute and an output queue Compute -> CopyOut,
+   BUFFER_NUM=1) lets CopyOut(i) overlap CopyIn(i+1): period 2T, n / (2n + 1). Double-buffered
+   the steady state is the slowest stage plus one step of fill and drain -- n / (n + 2).
 2. A real kernel on ascend-910b and ascend-310b: an element-wise op over 4M fp16 elements with
    as many flops per element as make the Vector unit's time equal to MTE2's (GM -> UB) on that
    board (MTE3, UB -> GM, moves as much as MTE2: three equal stages), over UB tile sizes, 1 vs 2
@@ -29,13 +32,15 @@ STEPS = (1, 2, 4, 8, 16, 32, 64)
 
 def analytic() -> list[dict]:
     import numpy as np
-    from edgeops.simulator import pipeline
+    from edgeops.simulator import queue_pipeline
     out = []
     for n in STEPS:
-        stage = (np.float64(1.0), n)
-        one = float(pipeline([stage + (False,)] * 3))
-        two = float(pipeline([stage + (True,)] * 3))
-        out.append({"steps": n, "util_1_buffer": 1.0 / one, "util_2_buffers": 1.0 / two,
+        st = {s: (np.float64(1.0), n) for s in ("in", "v", "out")}
+        shared = float(queue_pipeline(st, [(("in", "v", "out"), 1)]))
+        one = float(queue_pipeline(st, [(("in", "v"), 1), (("v", "out"), 1)]))
+        two = float(queue_pipeline(st, [(("in", "v"), 2), (("v", "out"), 2)]))
+        out.append({"steps": n, "util_shared_buffer": 1.0 / shared, "util_1_buffer": 1.0 / one,
+                    "util_2_buffers": 1.0 / two, "formula_1_buffer": n / (2 * n + 1),
                     "formula_2_buffers": n / (n + 2)})
     return out
 
@@ -87,8 +92,9 @@ def main(argv=None) -> int:
     args = parser(__doc__).parse_args(argv)
     an = analytic()
     tables = [("timing model, three equal stages of n steps (vector utilisation)",
-               ["steps n", "1 buffer", "2 buffers", "n/(n+2)"],
-               [[r["steps"], f"{r['util_1_buffer']:.3f}", f"{r['util_2_buffers']:.3f}",
+               ["steps n", "1 shared buffer", "1 buffer per queue", "n/(2n+1)", "2 buffers", "n/(n+2)"],
+               [[r["steps"], f"{r['util_shared_buffer']:.3f}", f"{r['util_1_buffer']:.3f}",
+                 f"{r['formula_1_buffer']:.3f}", f"{r['util_2_buffers']:.3f}",
                  f"{r['formula_2_buffers']:.3f}"] for r in an])]
     doc = {"analytic": an, "boards": {}, "figures": []}
     for board in BOARDS:
@@ -111,7 +117,8 @@ def main(argv=None) -> int:
     f = plot_path(args, "double_buffer.png")
     if f:
         from edgeops.simulator.plot import lines
-        series = {"model: 1 buffer": ([r["steps"] for r in an], [r["util_1_buffer"] for r in an]),
+        series = {"model: 1 shared buffer": ([r["steps"] for r in an], [r["util_shared_buffer"] for r in an]),
+                  "model: 1 buffer per queue": ([r["steps"] for r in an], [r["util_1_buffer"] for r in an]),
                   "model: 2 buffers": ([r["steps"] for r in an], [r["util_2_buffers"] for r in an])}
         for board in BOARDS:
             for bufs in (1, 2):

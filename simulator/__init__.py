@@ -9,7 +9,7 @@ It works on plain numbers and numpy arrays (one entry per candidate tiling)::
         .hop_bytes {"src->dst": bytes}, .offchip_bytes, .latency_s, .timing.bound, .usage,
         .prediction(i) -> Prediction (JSON-able: bytes, offchip_bytes, cycles, latency_s,
                                       utilisation, bound)
-    pipeline(stages) / op_timing(...)                      the timing model
+    pipeline(stages) / queue_pipeline(stages, queues) / op_timing(...)   the timing model
     stream_pass(hw, name, in_bytes, out_bytes, flops, dtype) -> PassResult
     tilemath: classes / count / padded_sum / window_rows_clipped ...
 
@@ -31,7 +31,7 @@ from edgeops.simulator.hardware import (ACC_DTYPE, ELEM_BYTES, HardwareModel, Le
                                         Memory, UnitModel, from_board)
 from edgeops.simulator.nest import Candidates, Move, Nest, NestEval, Operand, Window
 from edgeops.simulator.passes import PassResult, stream_pass
-from edgeops.simulator.timing import BOUNDS, Timing, op_timing, pipeline
+from edgeops.simulator.timing import BOUNDS, Timing, op_timing, pipeline, queue_pipeline
 from edgeops.simulator.graph import GraphSim, NodeCost, simulate_graph
 from edgeops.simulator.memplan import MemoryPlan, Step, plan_memory
 from edgeops.simulator.peer import PeerEstimate, PeerPass, peer_latency
@@ -40,6 +40,6 @@ from edgeops.simulator.trace import chrome_trace
 __all__ = ["ACC_DTYPE", "BOUNDS", "Candidates", "ELEM_BYTES", "Evaluation", "GEMM_PERMS", "GemmView",
            "HardwareModel", "Level", "Link", "Memory", "Move", "Nest", "NestEval", "Operand",
            "PassResult", "Prediction", "Timing", "UnitModel", "Window", "evaluate_nest",
-           "from_board", "op_timing", "pipeline", "stream_pass",
+           "from_board", "op_timing", "pipeline", "queue_pipeline", "stream_pass",
            "GraphSim", "MemoryPlan", "NodeCost", "PeerEstimate", "PeerPass", "Step",
            "chrome_trace", "peer_latency", "plan_memory", "simulate_graph"]

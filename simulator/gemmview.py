@@ -4,15 +4,21 @@ The Cube (and a CPU register micro-kernel) does not see a convolution: it sees, 
 the level above holds (``n_b x oh_b x ow_b`` pixels, ``c_b`` input channels, ``k_b`` output
 channels, one group at a time), the matrix product ``(M_b = n_b*oh_b*ow_b) x (K_b = c_b*R*S)`` by
 ``K_b x (N_b = k_b)``. The level's tiles ``(m0, n0, k0)`` cut that product; ``m0`` runs over the
-block's flattened pixels (row-major n, oh, ow), ``k0`` over its flattened (c, r, s).
+block's flattened pixels (row-major n, oh, ow), ``k0`` over its flattened (c, r, s). A block
+holding ``g_b > 1`` groups (the level above tiles g by more than 1) runs its GEMMs one group at a
+time: the view's loops are (group, then the m/n/k loops in the view's order), and L0 budgets one
+group's tile.
 
 Traffic follows the conventions of :mod:`edgeops.simulator.nest` with the block as the parent:
 A (the im2col matrix, built on the fly from the block's input window, e.g. Ascend load3d
 L1 -> L0A) and B move padded to the level's granules; the accumulator C is visited once per
 ``k0`` step when ``k`` is outside C's innermost loop, else once per block, and a block of every
 ``c`` range visits it again (partial sums) -- unless the view's m and n tiles cover every block
-(degenerate view loops), in which case C's innermost loop is the conv nest's and the
-accumulator stays in place while the ``c`` loop runs inside it. Blocks come in at most two
+and the group tile above is 1 (all of C's view loops degenerate), in which case C's innermost
+loop is the conv nest's and the accumulator stays in place while the ``c`` loop runs inside it.
+The group loop, when it exists (group tile > 1), is C's (and A's and B's) outermost relevant
+view loop: every operand is then loaded, and C visited, once per group per block at least --
+an L0 tile is never kept across blocks while the groups of a block take turns. Blocks come in at most two
 sizes per dim and level (full or tail), so every sum over blocks is a short sum over classes.
 """
 from __future__ import annotations
@@ -154,10 +160,21 @@ def view_moves(view: GemmView, ev, j: int, tiles: dict, order, bufs: dict, lvl, 
     mmax, kmax, nmax = grp["m"].largest(), grp["k"].largest(), grp["n"].largest()
     m0, k0, n0 = grp["m"].tile(), grp["k"].tile(), grp["n"].tile()
     # degenerate view loops (one tile covers every block) do not exist: an operand whose
-    # relevant view loops are all degenerate keeps its tile across blocks as the nest above says
+    # relevant view loops (the group loop included) are all degenerate keeps its tile across
+    # blocks as the nest above says
     nd = {"m": m0 < mmax, "n": n0 < nmax, "k": k0 < kmax}
     pos = {x: np.take(_POS[x], order) for x in "mnk"}
     conv_rel = {op.role: frozenset(op.dims) for op in ev.nest.operands}
+
+    # the per-block loop over the block's groups is a view loop too, outermost, relevant to A,
+    # B and C alike: it exists when the block holds more than one group (g tile > 1), and then
+    # every operand's L0 tile is (re)loaded per group per block -- L0 holds one group's tile
+    if view.g_dim is None:
+        g_live = np.bool_(False)
+    elif j == 0:
+        g_live = np.bool_(size[view.g_dim] > 1)
+    else:
+        g_live = ev.g(view.g_dim, ("eff", j - 1), lambda: ev.eff[j - 1][view.g_dim]) > 1
 
     def factor(role, rel, x, per_tile, per_block, conv_dims):
         pstar = np.int64(-1)
@@ -168,7 +185,7 @@ def view_moves(view: GemmView, ev, j: int, tiles: dict, order, bufs: dict, lvl, 
         if j > 0:
             for d in conv_dims:
                 above = above * ev.reload_factor(conv_rel[role], j - 1, d)
-        return np.where(pstar >= 0, here, above)
+        return np.where(pstar >= 0, here, np.where(g_live, per_block, above))
 
     fn = factor("A", "mk", "n", nn, bn, (view.n_dim,))       # A per n0 tile, per block or less
     fm = factor("B", "kn", "m", nm, bm, view.m_dims)

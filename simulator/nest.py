@@ -37,7 +37,9 @@ Paths are named ``"src->dst"`` with the board's memory names. On an Ascend board
 im2col expansion, see ``gemmview.py``), ``l0c->gm`` (FixPipe: final results in the output dtype
 and spilled partial sums in the accumulator dtype), ``gm->l0c`` (partial sums reloaded for a
 later visit; it has no board path and is timed on the FixPipe link's figures), ``gm->ub`` /
-``ub->gm`` (vector ops, MTE2 / MTE3). Counts are whole-op totals over all cores.
+``ub->gm`` (vector ops, MTE2 / MTE3), ``gm->fixpipe`` (a GEMM's bias, ``bias=1``: FixPipe reads
+one accumulator-dtype value per output channel (and batch entry) of every final C tile; counted
+in the bytes, not timed: it rides along with the store). Counts are whole-op totals over all cores.
 
 Bytes. A move that touches the off-chip memory carries only real data: ragged tails move fewer
 bytes and a convolution's input window is clipped to the real rows (padding is never read). A
@@ -84,6 +86,8 @@ class Operand:
     passes_dim: str | None = None    # a row split along this dim costs a second read pass
     out_div: int = 1                 # the final store writes 1/out_div of the accumulator
                                      # (SwiGLU's epilogue gates 2F columns into F)
+    bias: tuple[str, ...] = ()       # a bias added on the final store (FixPipe): the dims each
+                                     # element of a final tile reads its own value along
 
     def window(self, d: str) -> Window | None:
         return next((w for w in self.windows if w.dim == d), None)
@@ -114,7 +118,7 @@ class Move:
     transfers: np.ndarray
     bufs: np.ndarray                  # buffers of the on-chip end (2 = overlapped with compute)
     run: np.ndarray | int = 0         # contiguous bytes per row on the off-chip side (burst)
-    kind: str = "load"                # load | spill | reload | store
+    kind: str = "load"                # load | spill | reload | store | param (bias: bytes only)
 
     @property
     def key(self) -> str:
@@ -312,7 +316,21 @@ class NestEval:
                 if op.acc_elem and np.any(extra):
                     out.append(Move(op.role, src, mem, j, extra * op.acc_elem, count - distinct_n,
                                     bufs, run, "reload"))
+                if op.bias and src == self.offchip:
+                    out.append(self.bias_move(op, j))
         return out
+
+    def bias_move(self, op: Operand, j: int) -> Move:
+        """The bias the final store of every accumulator tile reads (one accumulator-dtype value
+        per element along ``op.bias`` -- per output channel and batch entry -- per tile of the
+        other dims). FixPipe reads it on its way out; it is counted, not timed."""
+        elems, count = np.int64(1), np.int64(1)
+        for d in op.dims:
+            n = self.nt(j, d)
+            elems = elems * (self.footprint_sum(op, j, d, True, 1) if d in op.bias else n)
+            count = count * n
+        return Move("bias", self.offchip, "fixpipe", j, elems * op.acc_elem, count,
+                    np.int64(2), 0, "param")
 
     def run_bytes(self, op: Operand, j: int):
         """Contiguous bytes per row of a tile in the off-chip layout (innermost dims first)."""

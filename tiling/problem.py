@@ -82,7 +82,8 @@ def _gemm_nest(sp: Space, M, N, K, B=1, bshared=False, out_div=1) -> Nest:
     ops = (Operand("A", bdim + ("m", "k"), e),
            Operand("B", (() if bshared else bdim) + ("k", "n"), e),
            # SwiGLU (out_div 2): the gating epilogue halves the columns that reach memory
-           Operand("C", bdim + ("m", "n"), oe, acc=True, acc_elem=ae, out_div=out_div))
+           Operand("C", bdim + ("m", "n"), oe, acc=True, acc_elem=ae, out_div=out_div,
+                   bias=bdim + ("n",) if sp.get("bias", 0) else ()))
     return Nest(dims, ops, (("b", "b"), ("m", "m"), ("n", "n"), ("k", "k")))
 
 

@@ -36,8 +36,18 @@ def _stream(board, bufs, numel=1 << 16, tile=1024):
                          mac_flops=1)
 
 
-def test_double_buffering_study_one_third_vs_one(tmp_path):
-    """Three equal copy-in/compute/copy-out stages: vector busy 1/3 single, ~1 double buffered."""
+def test_queue_pipeline_shared_buffer_one_third_separate_queues_one_half():
+    from edgeops.simulator import queue_pipeline
+    n = 100
+    st = {s: (np.float64(n), np.int64(n)) for s in ("in", "v", "out")}
+    assert queue_pipeline(st, [(("in", "v", "out"), 1)]) == pytest.approx(3 * n)
+    assert queue_pipeline(st, [(("in", "v"), 1), (("v", "out"), 1)]) == pytest.approx(2 * n + 1)
+    assert queue_pipeline(st, [(("in", "v"), 2), (("v", "out"), 2)]) == pytest.approx(n + 2)
+
+
+def test_double_buffering_serial_board_one_third_vs_one(tmp_path):
+    """A non-NPU board (serial discipline: one thread loads, computes, stores in turn), three
+    equal stages: vector busy 1/3 single, ~1 double buffered. (NPU queues: see above, 1/2.)"""
     board = tb.write(tmp_path, "pipe", tb.pipe_board())
     one = _stream(board, 1).prediction(0)
     two = _stream(board, 2).prediction(0)

@@ -54,6 +54,8 @@ def run(nest, levels, tiles, orders, parts=None, offchip="gm", view=None, view_t
                 "n": eff[-1][view.n_dim] if L else size[view.n_dim]}
         vnd = {x: view_tiles[x] < vmax[x] for x in "mnk"}
         vrel = {"A": "mk", "B": "kn", "C": "mn"}
+        # the per-block loop over a block's groups: a view loop outside m/n/k, relevant to all
+        g_live = bool(view.g_dim) and (eff[-1][view.g_dim] if L else size[view.g_dim]) > 1
     totals = defaultdict(int)
     acc_visits = defaultdict(list)     # (role, level, tile key) -> visit count placeholder
 
@@ -66,6 +68,8 @@ def run(nest, levels, tiles, orders, parts=None, offchip="gm", view=None, view_t
                     best = (vlev, x)
             if best:
                 return best
+            if g_live:
+                return (vlev, "gi")
             j = L - 1
         for l in range(j, -1, -1):
             best = None
@@ -91,7 +95,12 @@ def run(nest, levels, tiles, orders, parts=None, offchip="gm", view=None, view_t
         real = src == offchip or not lv.padded
         g = dict(lv.granule)
         groups = 1
-        if is_view and vext is None:   # fired above the view: the view tile is the whole block
+        if is_view and vext == "gi":    # the group loop: one group, the whole block
+            mb = 1
+            for d in view.m_dims:
+                mb *= ext[d][1]
+            vext = {"m": (0, mb), "k": (0, ext[view.k_dim][1] * view.taps), "n": (0, ext[view.n_dim][1])}
+        elif is_view and vext is None:   # fired above the view: the view tile is the whole block
             mb = 1
             for d in view.m_dims:
                 mb *= ext[d][1]
@@ -134,7 +143,9 @@ def run(nest, levels, tiles, orders, parts=None, offchip="gm", view=None, view_t
             if not op.acc:
                 totals[(src, mem)] += n * op.elem * passes
                 continue
-            if is_view and vext is not None:
+            if is_view and vext == "gi":
+                key = (j, tuple(ext[d] for d in sorted(ext) if d in op.dims) + (gi, "all"))
+            elif is_view and vext is not None:
                 key = (j, tuple(ext[d] for d in sorted(ext) if d in op.dims) + (gi, vext["m"], vext["n"]))
             elif is_view:
                 key = (j, tuple(ext[d] for d in sorted(ext) if d in op.dims))
@@ -149,6 +160,8 @@ def run(nest, levels, tiles, orders, parts=None, offchip="gm", view=None, view_t
         vb = {"m": (0, mb), "k": (0, ext[view.k_dim][1] * view.taps), "n": (0, ext[view.n_dim][1])}
         groups = ext[view.g_dim][1] if view.g_dim else 1
         for gi in range(groups):
+            fire((vlev, "gi"), ext, "gi", gi)
+
             def rec(k, vext):
                 if k == 3:
                     return

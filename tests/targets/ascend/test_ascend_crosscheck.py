@@ -39,8 +39,7 @@ def _bytes_agree(points):
 
 @pytest.mark.parametrize("spec,board,n", FAST)
 def test_bytes_per_path_match_the_model(spec, board, n):
-    # grouped convolutions one group per block (see the xfail below for several)
-    pts = sweep(spec, board, n, seed=1, fixed=(("g", 1),) if "groups=" in spec else ())
+    pts = sweep(spec, board, n, seed=1)
     assert len(pts) == n
     _bytes_agree(pts)
     assert max(p.max_rel_error for p in pts) < 4 * 2.0 ** -11      # and the results are right
@@ -49,16 +48,18 @@ def test_bytes_per_path_match_the_model(spec, board, n):
 @pytest.mark.full
 @pytest.mark.parametrize("spec,board,n", BIG)
 def test_bytes_per_path_match_the_model_full(spec, board, n):
-    _bytes_agree(sweep(spec, board, n, seed=2, fixed=(("g", 1),) if "groups=" in spec else ()))
+    _bytes_agree(sweep(spec, board, n, seed=2))
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "simulator/gemmview.py: with a level-l1 group tile g > 1 the view multiplies by G as if each "
-    "group's L0A/L0B tile stayed resident across blocks (the 'kept like its L1 tile' fallback), "
-    "but L0A/L0B capacity is budgeted for ONE group's tile; the groups of a block take turns, so "
-    "the program reloads each group's L0 tile in every block (l1->l0b here)"))
-def test_grouped_conv_with_several_groups_per_block_matches_the_model():
-    _bytes_agree(sweep(CONV[2], "ascend-910b", 6, seed=1, fixed=(("g", 4),)))
+@pytest.mark.parametrize("g", [2, 4, 6, 16])
+def test_grouped_conv_with_several_groups_per_block_matches_the_model(g):
+    _bytes_agree(sweep(CONV[2], "ascend-910b", 6, seed=1, fixed=(("g", g),)))
+
+
+def test_gemm_bias_read_by_fixpipe_matches_the_model():
+    pts = sweep("gemm:M=100,N=70,K=90,dtype=fp16,bias=1", "ascend-910b", 8, seed=4)
+    assert all(p.emulated.get("gm->fixpipe") for p in pts)
+    _bytes_agree(pts)
 
 
 def _report(tag, pts, board):
@@ -89,16 +90,16 @@ def test_analytic_model_ranks_tilings_like_the_replay(spec, board):
     assert rho >= 0.9
 
 
-SERIAL = pytest.mark.xfail(strict=True, reason=(
-    "simulator/timing.py pipeline(): an engine with ANY single-buffered move is folded into one "
-    "serial super-stage with compute and every other such engine; a program with BUFFER_NUM=1 "
-    "queues (Ascend C TQue semantics, what the emulator runs) only waits for the consumer of "
-    "that one buffer, so e.g. CopyOut(i) overlaps CopyIn(i+1) and MTE2 overlaps FixPipe: the "
-    "model overestimates single-buffered tilings by up to ~60-80%"))
+# not strict: these sit at 9-12% MAPE depending on the sample (12 vs 24 tilings)
+CONV_BURST = pytest.mark.xfail(strict=False, reason=(
+    "simulator/gemmview.py: C's burst run is min(m0, pixels) * elem, as if a tile's pixels were "
+    "contiguous; in NCHW (and the Yws workspace) only ow runs are, and a ragged tail tile's "
+    "rows cost a whole 512 B burst each: the model underestimates FixPipe time of conv outputs "
+    "(issue 4 item 3, not fixed yet)"))
 
 
-@pytest.mark.parametrize("spec,board", [pytest.param(*t, marks=SERIAL) for t in
-                                        (TIMED[0], TIMED[1], TIMED[4])] + [TIMED[2], TIMED[3], TIMED[5]])
+@pytest.mark.parametrize("spec,board", [pytest.param(*t, marks=CONV_BURST) for t in
+                                        (TIMED[1], TIMED[4])] + [TIMED[0], TIMED[2], TIMED[3], TIMED[5]])
 def test_latency_mixed_buffers_within_10_percent_of_replay(spec, board):
     pts = sweep(spec, board, 24 if FULL else 12, seed=3, buffers=None)
     m, _ = _report("mixed-buffer " + spec.split(":")[0], pts, board)
