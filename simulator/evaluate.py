@@ -77,7 +77,11 @@ def split_share(ev: NestEval, parts: dict) -> tuple:
     for d, p in parts.items():
         t = ev.nt(0, d) if ev.ntiles else np.int64(1)
         p = np.maximum(np.asarray(p), 1)
-        frac = frac * (-(-t // p) / t)
+        # the busiest core holds the first ceil(t/p) tiles (full ones): its share of the dim's
+        # elements, not of its tiles (a ragged split 10 + 3 gives one core 10/13 of the work)
+        size = ev.size[d]
+        full = ev.g(d, ("eff", 0), lambda: ev.eff[0][d]) if ev.ntiles else np.int64(size)
+        frac = frac * (np.minimum(-(-t // p) * full, size) / size)
         active = active * np.minimum(p, t)
     return frac, active
 

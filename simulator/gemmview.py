@@ -109,6 +109,24 @@ class _Group:
             self._memo[key] = total
         return self._memo[key]
 
+    def per_class(self, key, f):
+        """Per candidate, one entry per block class: (count, f(per-dim sizes, tile)) -- f returns
+        a tuple of arrays (each multiplied by nothing: the caller weighs by the count)."""
+        if key not in self._memo:
+            out = []
+            for combo in itertools.product(*self.cls):
+                cnt = np.int64(1)
+                for _, ct in combo:
+                    cnt = cnt * ct
+                vals = f([sz for sz, _ in combo], self.t)
+                if self.joint:
+                    shp = np.broadcast_shapes(np.shape(self.t), *(np.shape(sz) for sz, _ in combo))
+                    pick = lambda v: np.take(np.broadcast_to(v, shp).ravel(), self.index)
+                    cnt, vals = pick(cnt), tuple(pick(v) for v in vals)
+                out.append((cnt, vals))
+            self._memo[key] = out
+        return self._memo[key]
+
     def largest(self):
         """Largest block (the first class of every dim is its full tile)."""
         if "max" not in self._memo:
@@ -208,10 +226,17 @@ def view_moves(view: GemmView, ev, j: int, tiles: dict, order, bufs: dict, lvl, 
     tiles_c = nm * nn * G
     run = np.minimum(m0, mmax) * view.c_elem if c_real else 0
     cbufs = np.asarray(bufs.get("C", 1))
+    st_runs = rl_runs = ()
+    if c_real and len(view.m_dims) == 3:
+        segs = _c_segments(grp["m"], size, view, n0, nmax)
+        kg = np.int64(size[view.n_dim]) * G
+        st_runs = tuple((kg * cnt * sg, px * view.c_elem) for cnt, sg, px in segs) + tuple(
+            ((fk - 1) * kg * cnt * sg, px * view.acc_elem) for cnt, sg, px in segs)
+        rl_runs = st_runs[len(segs):]
     moves.append(Move("C", lvl.memory_of("C"), c_src, j, (visits - distinct) * view.acc_elem
-                      + distinct * final, tiles_c * fk, cbufs, run, "store"))
+                      + distinct * final, tiles_c * fk, cbufs, run, "store", st_runs))
     moves.append(Move("C", c_src, lvl.memory_of("C"), j, (visits - distinct) * view.acc_elem,
-                      tiles_c * (fk - 1), cbufs, run, "reload"))
+                      tiles_c * (fk - 1), cbufs, run, "reload", rl_runs))
     macs = S("m", cm) * S("k", ck) * S("n", cn) * G
     steps = nm * nk * nn * G
     # one full tile per buffer (clamped to the largest block)
@@ -225,6 +250,42 @@ def view_moves(view: GemmView, ev, j: int, tiles: dict, order, bufs: dict, lvl, 
     cap.setdefault(lvl.memory_of("C"), []).append(("C", te(m0, mmax, gm) * te(n0, nmax, gn)
                                                    * view.acc_elem, cbufs))
     return moves, cap, macs, steps
+
+
+def _c_segments(gm, size, view, n0, nmax):
+    """Contiguous runs of the conv output tiles in NCHW (and the partial-sum workspace, same
+    layout), per block class of the m dims: [(blocks, runs per output channel, pixels per run)].
+
+    A block (nb, ohb, owb) is flattened row-major and cut into m0-pixel tiles. In memory a run is
+    an ``ow`` row of the block (``owb < OW``), else ``ohb`` whole rows (``ohb < OH``), else a whole
+    plane; a tile breaks at every such unit boundary inside it. Over a block with ``U`` units of
+    ``w`` pixels and ``ceil(M_b / m0)`` tiles, the runs per channel are the tiles plus the unit
+    boundaries that are not tile boundaries: ``tiles + (U - 1) - floor((U - 1) w / lcm(w, m0))``.
+    A tile that is one whole plane (nb = 1) is one run across its ``n0`` consecutive channels.
+    """
+    nd, hd, wd = view.m_dims
+    OH, OW = np.int64(size[hd]), np.int64(size[wd])
+
+    def f(szs, t):
+        nb, ohb, owb = szs
+        mb = nb * ohb * owb
+        m0 = np.minimum(t, np.maximum(mb, 1))
+        w = np.where(owb < OW, owb, np.where(ohb < OH, ohb * OW, OH * OW))
+        w = np.maximum(w, 1)
+        units = mb // w
+        lcm = np.lcm(w, np.maximum(m0, 1))
+        seg = tm.cdiv(mb, np.maximum(m0, 1)) + (units - 1) - ((units - 1) * w) // lcm
+        seg = np.maximum(seg, 1)
+        px = mb / seg
+        merge = (w == OH * OW) & (nb == 1) & (m0 >= mb)
+        return seg, px, merge
+
+    out = []
+    ch = np.maximum(np.minimum(n0, nmax), 1)
+    for cnt, (seg, px, merge) in gm.per_class("cseg", f):
+        # a whole-plane tile: one run of n0 planes instead of n0 runs of one plane
+        out.append((cnt, np.where(merge, 1.0 / ch, seg), np.where(merge, px * ch, px)))
+    return out
 
 
 def max_block(classes_list):

@@ -28,7 +28,13 @@ accumulator dtype, or the final result: in the output dtype when the parent is o
 the accumulator dtype); every later visit first reloads the partial sums (accumulator dtype).
 
 Transfers. Each load or store of one tile is one DMA transfer (a strided multi-dimensional copy);
-the transfer count multiplies the path's setup latency. A normalisation's input (``passes_dim``)
+the transfer count multiplies the path's setup latency. Bursts: a transfer that touches the
+off-chip memory puts each of its contiguous runs (in the off-chip layout) on the bus rounded up to
+the path's burst. ``Move.run`` gives the run of a full tile (every transfer charged like it);
+``Move.runs`` -- when a move sets it -- lists (number of runs, bytes per run) per size class of
+tile, the runs being the real ones for the layout (a conv output tile in NCHW breaks at every
+``ow`` row of its block, a tail tile's rows are short), and the bus carries
+``sum n_runs * roundup(run, burst)``. A normalisation's input (``passes_dim``)
 is read twice when level 0 splits its row (a statistics pass, then the normalising pass), once
 when a whole row is on chip.
 
@@ -119,6 +125,9 @@ class Move:
     bufs: np.ndarray                  # buffers of the on-chip end (2 = overlapped with compute)
     run: np.ndarray | int = 0         # contiguous bytes per row on the off-chip side (burst)
     kind: str = "load"                # load | spill | reload | store | param (bias: bytes only)
+    runs: tuple = ()                  # exact burst classes when known: ((n_runs, run_bytes), ...)
+                                      # -- the bus carries sum n_runs * roundup(run_bytes, burst)
+                                      # (replaces ``run``; see gemmview.py for conv outputs)
 
     @property
     def key(self) -> str:

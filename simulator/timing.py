@@ -4,7 +4,10 @@ Each :class:`~edgeops.simulator.nest.Move` is routed over the board's paths (a m
 memories without a direct path crosses the intermediate levels: DRAM -> L3 -> L2 on a CPU puts
 the same bytes on both hops). A hop costs ``bytes / (bandwidth x burst efficiency) + setup x
 transfers``, where burst efficiency ``run / roundup(run, burst)`` applies to hops touching the
-off-chip memory (``run`` = contiguous bytes per row of the tile there). A shared link's bandwidth
+off-chip memory (``run`` = contiguous bytes per row of the tile there). A move that lists its
+burst classes (``Move.runs``: number of contiguous runs and bytes per run, per size class of tile)
+is charged exactly that: ``sum n_runs * roundup(run, burst) / bandwidth`` -- as the replay charges
+each transfer ``runs * roundup(bytes / runs, burst)`` (a conv output's ``ow`` rows, ragged tails). A shared link's bandwidth
 is divided among the active cores. Hops that use the same engine (an NPU's MTE2 queue) serialise;
 on CPUs and GPUs every hop is its own stage (caches and load units are separate hardware).
 
@@ -181,10 +184,18 @@ def op_timing(hw, moves, compute: dict[str, tuple], *, core_frac, active, launch
         for ln in links_for(hw, mv.src, mv.dst):
             hop_bytes[ln.key] = hop_bytes.get(ln.key, 0) + mv.bytes
             inv_bw = (np.maximum(active, 1) if ln.shared else 1.0) / ln.bandwidth
-            if hw.offchip.name in (ln.src, ln.dst) and np.any(np.asarray(mv.run) > 0):
-                run = np.maximum(np.asarray(mv.run), 1)
-                inv_bw = inv_bw * (roundup(run, ln.burst) / run)
-            t = (mv.bytes * inv_bw + ln.setup_s * mv.transfers) * core_frac
+            bus = mv.bytes
+            if hw.offchip.name in (ln.src, ln.dst):
+                if mv.runs:
+                    bus = 0
+                    for cnt, run in mv.runs:
+                        bus = bus + cnt * roundup(np.maximum(np.ceil(run), 1).astype(np.int64),
+                                                  ln.burst)
+                    bus = np.where(mv.bytes > 0, bus, 0)
+                elif np.any(np.asarray(mv.run) > 0):
+                    run = np.maximum(np.asarray(mv.run), 1)
+                    inv_bw = inv_bw * (roundup(run, ln.burst) / run)
+            t = (bus * inv_bw + ln.setup_s * mv.transfers) * core_frac
             # one DRAM bus: a CPU's/GPU's reads and writes of off-chip memory share a stage
             name = ln.engine if per_engine else (
                 hw.offchip.name if shared_bus and hw.offchip.name in (ln.src, ln.dst) else ln.key)

@@ -90,16 +90,7 @@ def test_analytic_model_ranks_tilings_like_the_replay(spec, board):
     assert rho >= 0.9
 
 
-# not strict: these sit at 9-12% MAPE depending on the sample (12 vs 24 tilings)
-CONV_BURST = pytest.mark.xfail(strict=False, reason=(
-    "simulator/gemmview.py: C's burst run is min(m0, pixels) * elem, as if a tile's pixels were "
-    "contiguous; in NCHW (and the Yws workspace) only ow runs are, and a ragged tail tile's "
-    "rows cost a whole 512 B burst each: the model underestimates FixPipe time of conv outputs "
-    "(issue 4 item 3, not fixed yet)"))
-
-
-@pytest.mark.parametrize("spec,board", [pytest.param(*t, marks=CONV_BURST) for t in
-                                        (TIMED[1], TIMED[4])] + [TIMED[0], TIMED[2], TIMED[3], TIMED[5]])
+@pytest.mark.parametrize("spec,board", TIMED)
 def test_latency_mixed_buffers_within_10_percent_of_replay(spec, board):
     pts = sweep(spec, board, 24 if FULL else 12, seed=3, buffers=None)
     m, _ = _report("mixed-buffer " + spec.split(":")[0], pts, board)
