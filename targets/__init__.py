@@ -3,3 +3,4 @@ CPU kernels), ``cuda/`` (numba.cuda). Each target module registers into ``edgeop
 they are imported here explicitly as they land."""
 
 from edgeops.targets import ascend  # noqa: F401,E402  (registers the "ascend" kernels)
+from edgeops.targets import neon  # noqa: F401,E402  (registers the "neon" kernels)

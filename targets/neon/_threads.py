@@ -1,0 +1,28 @@
+"""Run a small kernel call on the calling thread only.
+
+A Numba parallel region costs a fork/join of the thread team (~5-20 us on an idle machine) and,
+when the cores are oversubscribed, a preempted worker stalls the whole region for a scheduler
+tick (milliseconds: measured on the shared 2-core test host). Below a few tens of microseconds
+of work, one thread is faster and immune to that.
+"""
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+import numba
+
+SMALL_ELEMENTS = 1 << 15     # memory-bound kernels: ~30 us of single-thread work
+SMALL_FLOPS = 4e6            # GEMM-like kernels: ~40 us at ~100 GFLOP/s
+
+
+@contextmanager
+def serial_if(small: bool):
+    if not small or numba.get_num_threads() == 1:
+        yield
+        return
+    before = numba.get_num_threads()
+    numba.set_num_threads(1)  # thread-local in Numba: other threads' calls are unaffected
+    try:
+        yield
+    finally:
+        numba.set_num_threads(before)

@@ -1,0 +1,178 @@
+"""Conv2D (NCHW) as im2col + packed GEMM, with the ConvBnAct epilogue fused into the GEMM store.
+
+Per image n and group g:  Y[n, g] (Kg x OH*OW) = W[g] (Kg x Cg*R*S) @ cols (Cg*R*S x OH*OW),
+so the output lands in NCHW order with no transpose and the bias is a per-row (per output
+channel) bias of the GEMM epilogue. A 1x1, stride-1, unpadded conv needs no im2col: the image
+itself is the B operand. Images are processed in chunks so the column buffer stays bounded.
+
+Geometry (pads, strides, dilations, output size) comes from the caller, already resolved by the
+op definition (``edgeops.ops.conv.Conv.geometry``), so auto_pad rules live in one place.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from numba import njit, prange
+
+from edgeops.errors import EdgeOpsError
+from edgeops.targets.neon import epilogue as ep
+from edgeops.targets.neon.blocking import Blocking, from_tiling
+from edgeops.targets.neon.gemm import gemm_flat
+from edgeops.targets.neon._threads import SMALL_ELEMENTS, serial_if
+
+_COLS_BUDGET = 64 * 1024 * 1024  # bytes of im2col buffer per chunk of images
+
+# fastmath: "contract" only (mul+add -> FMA: one rounding, no reassociation, NaN/inf kept)
+_FM = {"contract"}
+
+
+@dataclass(frozen=True)
+class ConvGeom:
+    """A 2-D convolution's geometry, everything resolved (pads begin/end, output size)."""
+    n: int
+    c: int
+    h: int
+    w: int
+    k: int
+    r: int
+    s: int
+    group: int
+    oh: int
+    ow: int
+    sh: int = 1
+    sw: int = 1
+    dh: int = 1
+    dw: int = 1
+    ph: int = 0      # top pad (bottom pad only shows up in oh)
+    pw: int = 0      # left pad
+
+    @property
+    def cg(self) -> int:
+        return self.c // self.group
+
+    @property
+    def kg(self) -> int:
+        return self.k // self.group
+
+    @property
+    def macs(self) -> int:
+        return self.n * self.k * self.oh * self.ow * self.cg * self.r * self.s
+
+    @property
+    def is_pointwise(self) -> bool:
+        return (self.r, self.s, self.sh, self.sw, self.ph, self.pw) == (1, 1, 1, 1, 0, 0) \
+            and (self.oh, self.ow) == (self.h, self.w)
+
+    @property
+    def is_depthwise(self) -> bool:
+        return self.group == self.c and self.group > 1 and self.k % self.c == 0
+
+
+def geom_from_attrs(x_shape, w_shape, attrs) -> ConvGeom:
+    """ConvGeom from ONNX Conv/ConvBnAct attributes via the op definition's geometry rules."""
+    from edgeops.ops.conv import Conv
+    if len(x_shape) != 4 or len(w_shape) != 4:
+        raise EdgeOpsError(f"neon conv: only 2-D convolutions (4-D X and W) are implemented, got "
+                           f"X {tuple(x_shape)}, W {tuple(w_shape)}; 1-D/3-D stay in ONNX Runtime")
+    full = {"auto_pad": "NOTSET", "kernel_shape": None, "strides": None, "dilations": None,
+            "pads": None, "group": 1, **{k: v for k, v in attrs.items() if v is not None}}
+    begin, _end, out, s, d = Conv.geometry(full, tuple(x_shape), tuple(w_shape))
+    n, c, h, w = x_shape
+    return ConvGeom(n, c, h, w, w_shape[0], w_shape[2], w_shape[3], int(full["group"]),
+                    out[0], out[1], s[0], s[1], d[0], d[1], begin[0], begin[1])
+
+
+@njit(parallel=True, cache=True, fastmath=_FM, error_model="numpy")
+def _im2col(x, n0, nimg, C, H, W, G, Cg, R, S, OH, OW, sh, sw, dh, dw, ph, pw, cols, padval):
+    """cols[((i*G + g)*Cg*R*S + (c*R + r)*S + s) * OH*OW + oh*OW + ow] = padded x. ``padval``
+    fills the padding: 0, or the zero point for quantized activations (it represents 0.0)."""
+    P = OH * OW
+    rows = Cg * R * S
+    for t in prange(nimg * G * rows):
+        row = t % rows
+        ig = t // rows
+        i = ig // G
+        g = ig % G
+        c = row // (R * S)
+        r = (row // S) % R
+        s = row % S
+        src = ((n0 + i) * C + g * Cg + c) * H * W
+        for oh in range(OH):
+            # slice views indexed by bare loop counters: no wrap-around select per element,
+            # so the copies vectorise (see norms.py)
+            cr = cols[t * P + oh * OW:t * P + (oh + 1) * OW]
+            ih = oh * sh + r * dh - ph
+            if ih < 0 or ih >= H:
+                for ow in range(OW):
+                    cr[ow] = padval
+                continue
+            xr = x[src + ih * W:src + (ih + 1) * W]
+            off = s * dw - pw
+            # ow range whose iw = ow*sw + off falls inside [0, W)
+            lo = 0 if off >= 0 else (-off + sw - 1) // sw
+            hi = min(OW, (W - 1 - off) // sw + 1) if W - 1 - off >= 0 else 0
+            lo = min(lo, hi)
+            for ow in range(lo):
+                cr[ow] = padval
+            if hi > lo:
+                dst = cr[lo:hi]
+                if sw == 1:
+                    srcv = xr[lo + off:hi + off]
+                    for q in range(hi - lo):
+                        dst[q] = srcv[q]
+                else:
+                    srcv = xr[lo * sw + off:(hi - 1) * sw + off + 1:sw]
+                    for q in range(hi - lo):
+                        dst[q] = srcv[q]
+            for ow in range(hi, OW):
+                cr[ow] = padval
+
+
+def check_conv_inputs(x, w, b, g: ConvGeom, dtype=np.float32, who="neon conv"):
+    for name, t in (("X", x), ("W", w)):
+        if not isinstance(t, np.ndarray) or t.dtype != dtype:
+            raise EdgeOpsError(f"{who}: {name} must be a {np.dtype(dtype).name} numpy array, got "
+                               f"{getattr(t, 'dtype', type(t).__name__)}")
+    if x.shape != (g.n, g.c, g.h, g.w) or w.shape != (g.k, g.cg, g.r, g.s):
+        raise EdgeOpsError(f"{who}: X {x.shape} / W {w.shape} do not match the geometry "
+                           f"(N,C,H,W)=({g.n},{g.c},{g.h},{g.w}), W=({g.k},{g.cg},{g.r},{g.s})")
+    if b is not None and np.size(b) != g.k:
+        raise EdgeOpsError(f"{who}: bias has {np.size(b)} entries, need K={g.k}")
+    if g.oh < 1 or g.ow < 1:
+        raise EdgeOpsError(f"{who}: empty output {g.oh}x{g.ow}")
+
+
+def conv2d_im2col(x, w, b, g: ConvGeom, act=(0, 0.0, 0.0), blocking: Blocking | None = None,
+                  tiling=None) -> np.ndarray:
+    """Y = act(conv(X, W) + B) via im2col + GEMM (any groups/strides/dilations/pads)."""
+    check_conv_inputs(x, w, b, g)
+    blocking = blocking or from_tiling(tiling)
+    x = np.ascontiguousarray(x)
+    wf = np.ascontiguousarray(w).reshape(-1)
+    y = np.empty((g.n, g.k, g.oh, g.ow), np.float32)
+    P, KK = g.oh * g.ow, g.cg * g.r * g.s
+    bias = None if b is None else np.ascontiguousarray(b, np.float32).reshape(-1)
+    mode = ep.BIAS_NONE if bias is None else ep.BIAS_ROW
+    G = g.group
+    if g.is_pointwise:
+        # the image is already the (Cg x H*W) B operand of every (n, g)
+        ng = np.arange(g.n * G, dtype=np.int64)
+        gemm_flat(g.kg, P, KK, wf, (ng % G) * g.kg * KK, KK, 1, x.reshape(-1),
+                  ng * (g.cg * P), P, 1, y.reshape(-1), ng * (g.kg * P), P, bias=bias,
+                  bias_offs=(ng % G) * g.kg, bias_mode=mode, act=act, blocking=blocking)
+        return y
+    per_img = G * KK * P * 4
+    chunk = max(1, min(g.n, _COLS_BUDGET // max(per_img, 1)))
+    cols = np.empty(chunk * G * KK * P, np.float32)
+    xf = x.reshape(-1)
+    for n0 in range(0, g.n, chunk):
+        nimg = min(chunk, g.n - n0)
+        with serial_if(cols.size < SMALL_ELEMENTS):
+            _im2col(xf, n0, nimg, g.c, g.h, g.w, G, g.cg, g.r, g.s, g.oh, g.ow, g.sh, g.sw, g.dh,
+                    g.dw, g.ph, g.pw, cols, 0)
+        ng = np.arange(nimg * G, dtype=np.int64)
+        gemm_flat(g.kg, P, KK, wf, (ng % G) * g.kg * KK, KK, 1, cols, ng * (KK * P), P, 1,
+                  y.reshape(-1), (n0 * G + ng) * (g.kg * P), P, bias=bias,
+                  bias_offs=(ng % G) * g.kg, bias_mode=mode, act=act, blocking=blocking)
+    return y

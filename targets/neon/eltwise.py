@@ -1,0 +1,129 @@
+"""Elementwise kernels: activation chains and binary ops with a fused activation chain.
+
+A chain is a (k, 3) float64 array of (code, p0, p1) rows (codes from ``epilogue``), applied in
+order in ONE pass over memory: Relu -> Clip -> ... costs one read and one write of the tensor,
+where ONNX Runtime runs one kernel (one pass) per op. Chains are data, so one compiled kernel
+serves every chain.
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, prange
+
+from edgeops.errors import EdgeOpsError
+from edgeops.targets.neon import epilogue as ep
+from edgeops.targets.neon._threads import SMALL_ELEMENTS, serial_if
+
+ADD, SUB, MUL, DIV = range(4)
+BINARY = {"Add": ADD, "Sub": SUB, "Mul": MUL, "Div": DIV}
+_BLOCK = 16384  # elements per parallel work item: large enough to amortise the hand-off
+
+# fastmath: "contract" only (mul+add -> FMA: one rounding, no reassociation, NaN/inf kept)
+_FM = {"contract"}
+
+
+@njit(cache=True, inline="always", fastmath=_FM, error_model="numpy")
+def _run_chain(v, chain):
+    for s in range(chain.shape[0]):
+        v = ep.apply_act(v, int(chain[s, 0]), chain[s, 1], chain[s, 2])
+    return v
+
+
+@njit(parallel=True, cache=True, fastmath=_FM, error_model="numpy")
+def _chain_kernel(x, y, chain):
+    n = x.shape[0]
+    for blk in prange((n + _BLOCK - 1) // _BLOCK):
+        lo = blk * _BLOCK
+        hi = min(n, lo + _BLOCK)
+        xv = x[lo:hi]  # views + bare counters: vectorisable (see norms.py)
+        yv = y[lo:hi]
+        if chain.shape[0] == 1:  # the common single activation: one dispatch per block
+            ep.act_copy(xv, yv, hi - lo, int(chain[0, 0]), chain[0, 1], chain[0, 2])
+        else:
+            for i in range(hi - lo):
+                yv[i] = _run_chain(xv[i], chain)
+
+
+@njit(parallel=True, cache=True, fastmath=_FM, error_model="numpy")
+def _binary_kernel(a, b, inner, y, op, chain):
+    """y = chain(a op b) where b repeats with period ``inner`` * len(b) (b broadcast along the
+    leading axes, and along a trailing block of ``inner`` elements: per-channel NCHW operands)."""
+    n = a.shape[0]
+    nb = b.shape[0]
+    for blk in prange((n + _BLOCK - 1) // _BLOCK):
+        for i in range(blk * _BLOCK, min(n, (blk + 1) * _BLOCK)):
+            bv = b[(i // inner) % nb]
+            av = a[i]
+            if op == ADD:
+                v = av + bv
+            elif op == SUB:
+                v = av - bv
+            elif op == MUL:
+                v = av * bv
+            else:
+                v = av / bv
+            y[i] = _run_chain(v, chain)
+
+
+def make_chain(steps) -> np.ndarray:
+    """``["relu", ("clip", 0, 6), ...]`` -> the (k, 3) chain array."""
+    rows = []
+    for s in steps:
+        if isinstance(s, str):
+            rows.append(ep.activation(s))
+        elif len(s) == 3 and isinstance(s[0], (int, np.integer)):
+            rows.append(tuple(s))
+        else:
+            rows.append(ep.activation(s[0], *s[1:]))
+    return np.asarray(rows, np.float64).reshape(-1, 3)
+
+
+def _f32(name, x):
+    if not isinstance(x, np.ndarray) or x.dtype != np.float32:
+        raise EdgeOpsError(f"neon eltwise: {name} must be a float32 numpy array, got "
+                           f"{getattr(x, 'dtype', type(x).__name__)}")
+    return np.ascontiguousarray(x)
+
+
+def activation_inplace(flat: np.ndarray, code: int, p0: float, p1: float) -> None:
+    if code != ep.NONE:
+        with serial_if(flat.size < SMALL_ELEMENTS):
+            _chain_kernel(flat, flat, np.asarray([[code, p0, p1]], np.float64))
+
+
+def chain(x: np.ndarray, steps) -> np.ndarray:
+    """Apply an activation chain in one pass: ``chain(x, ["relu", ("clip", 0, 6)])``."""
+    x = _f32("X", x)
+    ch = steps if isinstance(steps, np.ndarray) else make_chain(steps)
+    y = np.empty_like(x)
+    with serial_if(x.size < SMALL_ELEMENTS):
+        _chain_kernel(x.reshape(-1), y.reshape(-1), ch)
+    return y
+
+
+def binary(a: np.ndarray, b: np.ndarray, op: str, steps=()) -> np.ndarray:
+    """``chain(a op b)`` for Add/Sub/Mul/Div. The fast path takes B equal in shape to A, a scalar,
+    or a per-channel operand (B's shape is A's with leading/trailing axes of size 1 —
+    e.g. (C,1,1) against (N,C,H,W)); other broadcasts are materialised first."""
+    if op not in BINARY:
+        raise EdgeOpsError(f"neon eltwise: unknown binary op {op!r}; supported: {sorted(BINARY)}")
+    a = _f32("A", a)
+    b = _f32("B", np.asarray(b, dtype=np.float32) if not isinstance(b, np.ndarray) else b)
+    try:
+        shape = np.broadcast_shapes(a.shape, b.shape)
+    except ValueError:
+        raise EdgeOpsError(f"neon {op}: shapes {a.shape} and {b.shape} do not broadcast") from None
+    if shape != a.shape:
+        a = np.ascontiguousarray(np.broadcast_to(a, shape))
+    bb = b.reshape((1,) * (len(shape) - b.ndim) + b.shape)
+    nz = [i for i, d in enumerate(bb.shape) if d != 1]
+    if nz and (any(bb.shape[i] != shape[i] for i in nz) or nz != list(range(nz[0], nz[-1] + 1))):
+        bflat, inner = np.ascontiguousarray(np.broadcast_to(bb, shape)).reshape(-1), 1
+    else:
+        inner = int(np.prod(shape[nz[-1] + 1:], dtype=np.int64)) if nz else 1
+        bflat = np.ascontiguousarray(bb).reshape(-1)
+    ch = steps if isinstance(steps, np.ndarray) else make_chain(steps)
+    y = np.empty(shape, np.float32)
+    with serial_if(y.size < SMALL_ELEMENTS):
+        _binary_kernel(a.reshape(-1), bflat, max(inner, 1), y.reshape(-1), BINARY[op], ch)
+    return y

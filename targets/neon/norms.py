@@ -1,0 +1,232 @@
+"""Memory-bound fused chains: LayerNorm(+GELU), GroupNorm(+SiLU), Softmax.
+
+Each kernel reads its input twice (one statistics pass, one normalise pass) and writes the
+output once, with the activation applied in the same pass: the unfused ONNX Runtime graph writes
+and re-reads every intermediate (GroupNorm alone is Reshape/InstanceNorm/Reshape/Mul/Add there).
+Statistics use shifted float32 partial sums (see ``_mean_var``); the normalise pass applies the
+activation (``_vmath``: vectorisable) before its single store. Only the statistics helper uses
+fastmath beyond contraction (reassociation lets the sums vectorise; the tests' 2e-5 tolerance
+against float64 allows it); the activation pass does not, since reassociation would break
+exp's Cody-Waite range reduction.
+
+Hot loops index slice VIEWS with the bare loop variable (``v = x[off:off+n]; v[i]``), never
+``x[off + i]``: Numba must allow a negative ``off + i`` to wrap around, and that select per
+element stopped LLVM vectorising the SiLU pass (measured 10x slower inside a prange body).
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, prange
+
+from edgeops.errors import EdgeOpsError
+from edgeops.targets.neon import epilogue as ep
+from edgeops.targets.neon._threads import SMALL_ELEMENTS, serial_if
+
+_REDUCE = {"reassoc", "contract", "nsz"}  # no nnan/ninf: NaNs in the input must propagate
+
+# fastmath: "contract" only (mul+add -> FMA: one rounding, no reassociation, NaN/inf kept)
+_FM = {"contract"}
+
+
+@njit(cache=True, fastmath=_REDUCE, error_model="numpy")
+def _mean_var(x, off, n):
+    """Mean and variance of x[off:off+n] in ONE pass over memory, as shifted sums
+    (s1 = sum(x - k), s2 = sum((x - k)^2), k = x[off]): shifting by a sample keeps the
+    cancellation in s2/n - (s1/n)^2 to a few ulp of the variance for any realistic spread, where
+    unshifted sums of squares would fail on offset data. float32 partial sums: reassociation gives
+    LLVM 16-64 independent lanes, which keeps the rounding error near sqrt(n/64) ulp."""
+    v = x[off:off + n]
+    k = v[0]
+    s1 = np.float32(0)
+    s2 = np.float32(0)
+    for i in range(n):
+        d = v[i] - k
+        s1 += d
+        s2 += d * d
+    m1 = s1 / np.float32(n)
+    return k + m1, max(s2 / np.float32(n) - m1 * m1, np.float32(0))
+
+
+@njit(cache=True, inline="always", fastmath=_FM, error_model="numpy")
+def _affine_act(xv, yv, a, b, m, s, sb, n, act, p0, p1):
+    """yv = act((xv - m) * s * a[j] + b[j]) (LayerNorm: per-element scale/bias) or
+    act((xv - m) * s + sb) when ``a`` is empty (GroupNorm: one channel), in ONE pass: the
+    normalised value never round-trips through memory. Centre first: folding the mean into an
+    offset (x*s - m*s) cancels catastrophically on offset data unless mul+add fuse. One branch
+    per call so each loop body is branch-free and vectorises."""
+    per = a.shape[0] > 0
+    if act == ep.NONE:
+        if per:
+            for j in range(n):
+                yv[j] = (xv[j] - m) * s * a[j] + b[j]
+        else:
+            for j in range(n):
+                yv[j] = (xv[j] - m) * s + sb
+    elif act == ep.SILU:
+        if per:
+            for j in range(n):
+                yv[j] = ep.vm.silu32((xv[j] - m) * s * a[j] + b[j])
+        else:
+            for j in range(n):
+                yv[j] = ep.vm.silu32((xv[j] - m) * s + sb)
+    elif act == ep.GELU_ERF:
+        if per:
+            for j in range(n):
+                yv[j] = ep.vm.gelu_erf32((xv[j] - m) * s * a[j] + b[j])
+        else:
+            for j in range(n):
+                yv[j] = ep.vm.gelu_erf32((xv[j] - m) * s + sb)
+    elif act == ep.GELU_TANH:
+        if per:
+            for j in range(n):
+                yv[j] = ep.vm.gelu_tanh32((xv[j] - m) * s * a[j] + b[j])
+        else:
+            for j in range(n):
+                yv[j] = ep.vm.gelu_tanh32((xv[j] - m) * s + sb)
+    else:
+        for j in range(n):
+            v = (xv[j] - m) * s * a[j] + b[j] if per else (xv[j] - m) * s + sb
+            yv[j] = ep.apply_act(v, act, p0, p1)
+
+
+@njit(parallel=True, cache=True, fastmath=_FM, error_model="numpy")
+def _layernorm_kernel(x, scale, bias, rows, d, eps, y, act, p0, p1):
+    for r in prange(rows):
+        off = r * d
+        mean, var = _mean_var(x, off, d)
+        rstd = np.float32(1.0) / np.sqrt(var + np.float32(eps))
+        _affine_act(x[off:off + d], y[off:off + d], scale, bias, mean, rstd, np.float32(0), d,
+                    act, p0, p1)
+
+
+@njit(parallel=True, cache=True, fastmath=_FM, error_model="numpy")
+def _groupnorm_kernel(x, scale, bias, n, c, spatial, groups, eps, y, act, p0, p1):
+    cg = c // groups
+    blk = cg * spatial
+    empty = np.empty(0, np.float32)
+    for t in prange(n * groups):
+        g = t % groups
+        off = t * blk
+        mean, var = _mean_var(x, off, blk)
+        rstd = np.float32(1.0) / np.sqrt(var + np.float32(eps))
+        for ci in range(cg):
+            ch = g * cg + ci
+            o = off + ci * spatial
+            _affine_act(x[o:o + spatial], y[o:o + spatial], empty, empty, mean,
+                        rstd * scale[ch], bias[ch], spatial, act, p0, p1)
+
+
+@njit(parallel=True, cache=True, fastmath=_FM, error_model="numpy")
+def _softmax_kernel(x, outer, length, inner, y):
+    """Softmax over the middle axis of (outer, length, inner); vector lanes run along ``inner``
+    when it is > 1 (a non-last axis), along ``length`` otherwise."""
+    for o in prange(outer):
+        base = o * length * inner
+        xv = x[base:base + length * inner]
+        yv = y[base:base + length * inner]
+        if inner == 1:
+            m = xv[0]
+            for j in range(1, length):
+                m = max(m, xv[j])
+            s = np.float32(0)
+            for j in range(length):
+                e = ep.vm.exp32(xv[j] - m)
+                yv[j] = e
+                s += e
+            inv = np.float32(1.0) / s
+            for j in range(length):
+                yv[j] *= inv
+        else:
+            mx = xv[0:inner].copy()
+            sm = np.zeros(inner, np.float32)
+            for j in range(1, length):
+                xr = xv[j * inner:(j + 1) * inner]
+                for i in range(inner):
+                    mx[i] = max(mx[i], xr[i])
+            for j in range(length):
+                xr = xv[j * inner:(j + 1) * inner]
+                yr = yv[j * inner:(j + 1) * inner]
+                for i in range(inner):
+                    e = ep.vm.exp32(xr[i] - mx[i])
+                    yr[i] = e
+                    sm[i] += e
+            for i in range(inner):
+                sm[i] = np.float32(1.0) / sm[i]
+            for j in range(length):
+                yr = yv[j * inner:(j + 1) * inner]
+                for i in range(inner):
+                    yr[i] *= sm[i]
+
+
+def _f32(who, name, t):
+    if not isinstance(t, np.ndarray) or t.dtype != np.float32:
+        raise EdgeOpsError(f"neon {who}: {name} must be a float32 numpy array, got "
+                           f"{getattr(t, 'dtype', type(t).__name__)}")
+    return np.ascontiguousarray(t)
+
+
+def _act(act):
+    return act if isinstance(act, tuple) else ep.activation(act)
+
+
+def layernorm(x, scale, bias=None, axis=-1, epsilon=1e-5, act=None) -> np.ndarray:
+    """LayerNormalization over axes [axis, rank) (+ fused activation, e.g. "gelu"/"gelu_tanh")."""
+    x = _f32("layernorm", "X", x)
+    ax = axis + x.ndim if axis < 0 else axis
+    if not 0 <= ax < x.ndim:
+        raise EdgeOpsError(f"neon layernorm: axis={axis} out of range for X {x.shape}")
+    tail = x.shape[ax:]
+    d = int(np.prod(tail, dtype=np.int64))
+    try:
+        sc = np.ascontiguousarray(
+            np.broadcast_to(_f32("layernorm", "Scale", scale), tail)).reshape(-1)
+        bs = None if bias is None else np.ascontiguousarray(
+            np.broadcast_to(_f32("layernorm", "B", bias), tail)).reshape(-1)
+    except ValueError:
+        raise EdgeOpsError(f"neon layernorm: Scale/B do not broadcast to {tail}") from None
+    y = np.empty_like(x)
+    a = _act(act)
+    if x.size:
+        with serial_if(x.size < SMALL_ELEMENTS):
+            _layernorm_kernel(x.reshape(-1), sc,
+                              np.zeros(d, np.float32) if bs is None else bs, x.size // d, d,
+                              float(epsilon), y.reshape(-1), a[0], a[1], a[2])
+    return y
+
+
+def groupnorm(x, scale, bias, num_groups, epsilon=1e-5, act=None) -> np.ndarray:
+    """GroupNormalization (per-channel scale/bias as opset 21; per-group ones are expanded)
+    (+ fused activation, e.g. "silu")."""
+    x = _f32("groupnorm", "X", x)
+    if x.ndim < 2 or x.shape[1] % num_groups:
+        raise EdgeOpsError(f"neon groupnorm: num_groups={num_groups} must divide C of X {x.shape}")
+    c = x.shape[1]
+    par = []
+    for name, p in (("Scale", scale), ("Bias", bias)):
+        p = _f32("groupnorm", name, p).reshape(-1)
+        if p.size not in (c, num_groups):
+            raise EdgeOpsError(f"neon groupnorm: {name} has {p.size} entries; need C={c} or "
+                               f"num_groups={num_groups}")
+        par.append(np.repeat(p, c // p.size).astype(np.float32))
+    spatial = int(np.prod(x.shape[2:], dtype=np.int64))
+    y = np.empty_like(x)
+    a = _act(act)
+    if x.size:
+        with serial_if(x.size < SMALL_ELEMENTS):
+            _groupnorm_kernel(x.reshape(-1), par[0], par[1], x.shape[0], c, spatial, num_groups,
+                              float(epsilon), y.reshape(-1), a[0], a[1], a[2])
+    return y
+
+
+def softmax(x, axis=-1) -> np.ndarray:
+    x = _f32("softmax", "X", x)
+    ax = axis + x.ndim if axis < 0 else axis
+    if not 0 <= ax < x.ndim:
+        raise EdgeOpsError(f"neon softmax: axis={axis} out of range for X {x.shape}")
+    y = np.empty_like(x)
+    if x.size:
+        outer = int(np.prod(x.shape[:ax], dtype=np.int64))
+        inner = int(np.prod(x.shape[ax + 1:], dtype=np.int64))
+        with serial_if(x.size < SMALL_ELEMENTS):
+            _softmax_kernel(x.reshape(-1), outer, x.shape[ax], inner, y.reshape(-1))
+    return y

@@ -1,0 +1,81 @@
+"""The ``arm64`` subset: NEON kernels running as aarch64 code.
+
+On an aarch64 machine (a board, or the emulated Cortex-A76 of ``scripts/arm64/run_tests.sh``)
+the ``on_arm`` tests run the kernels natively and look at the host code Numba generated. On x86
+they are skipped, and ``test_subset_under_qemu`` drives the emulated run instead (it needs the
+sysroot; building one downloads ~150 MB, so without a cached sysroot it runs only in the full
+suite).
+"""
+import os
+import platform
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ON_ARM = platform.machine().lower() in ("aarch64", "arm64")
+ROOT = Path(__file__).resolve().parents[3]
+SYSROOT = Path(os.environ.get("EDGEOPS_ARM64_SYSROOT",
+                              Path.home() / ".cache" / "edgeops" / "arm64-sysroot"))
+
+on_arm = pytest.mark.skipif(not ON_ARM, reason="runs on aarch64 (x86 CI runs it under qemu "
+                                               "through test_subset_under_qemu)")
+pytestmark = pytest.mark.arm64
+
+
+@on_arm
+def test_gemm_on_arm_matches_reference_and_uses_fmla(rng):
+    from edgeops.targets.neon import gemm as G
+    from edgeops.targets.neon._microkernel import MR, NR, VL
+    assert VL == 4
+    a = rng.standard_normal((MR + 3, 37), dtype=np.float32)
+    b = rng.standard_normal((37, NR + 5), dtype=np.float32)
+    y = G.gemm(a, b, bias=np.ones(NR + 5, np.float32), act="relu")
+    ref = np.maximum(a.astype(np.float64) @ b + 1, 0)
+    np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-4)
+    sig = G._gemm_block.signatures[0]
+    asm = G._gemm_block.inspect_asm(sig)
+    assert "fmla" in asm and ".4s" in asm
+
+
+@on_arm
+def test_int8_gemm_on_arm_is_exact(rng):
+    from edgeops.targets.neon.qgemm import qgemm
+    a = rng.integers(0, 256, (11, 29), dtype=np.uint8)
+    b = rng.integers(-127, 128, (29, 14), dtype=np.int8)
+    ref = (a.astype(np.int64) - 9) @ b.astype(np.int64)
+    np.testing.assert_array_equal(qgemm(a, b, a_zero_point=9), ref)
+
+
+@on_arm
+def test_layernorm_gelu_on_arm(rng):
+    from edgeops.ops.layernorm_gelu import LayerNormGelu
+    from edgeops.targets.neon import norms
+    x = rng.standard_normal((5, 40), dtype=np.float32)
+    s, b = rng.standard_normal(40, dtype=np.float32), rng.standard_normal(40, dtype=np.float32)
+    ref = LayerNormGelu.reference(x.astype(np.float64), s.astype(np.float64),
+                                  b.astype(np.float64), axis=-1, epsilon=1e-5, approximate="none")
+    np.testing.assert_allclose(norms.layernorm(x, s, b, act="gelu"), ref, rtol=3e-5, atol=3e-5)
+
+
+def _sysroot_ready() -> bool:
+    return any(SYSROOT.glob(".edgeops-sysroot-*"))
+
+
+@pytest.mark.skipif(ON_ARM, reason="already on aarch64: the on_arm tests run natively")
+def test_subset_under_qemu():
+    if shutil.which("qemu-aarch64-static") is None:
+        pytest.skip("qemu-user-static is not installed (apt-get install qemu-user-static)")
+    if not _sysroot_ready() and os.environ.get("EDGEOPS_TEST_FULL") != "1":
+        pytest.skip(f"no arm64 sysroot at {SYSROOT}; build it with "
+                    f"scripts/arm64/build_sysroot.sh (or run `make test-full`)")
+    env = {**os.environ, "EDGEOPS_ARM64_SYSROOT": str(SYSROOT)}
+    run = subprocess.run([str(ROOT / "scripts" / "arm64" / "run_tests.sh"), "-x"], env=env,
+                         capture_output=True, text=True, timeout=3600)
+    tail = (run.stdout + run.stderr)[-3000:]
+    assert run.returncode == 0, tail
+    passed = re.search(r"(\d+) passed", run.stdout)
+    assert passed and int(passed.group(1)) >= 3, tail   # every on_arm test ran, none skipped

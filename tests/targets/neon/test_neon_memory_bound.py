@@ -1,0 +1,173 @@
+"""Memory-bound kernels (norms, softmax, pooling, elementwise chains) and the vector math they
+use, against the float64 op references."""
+import math
+
+import numpy as np
+import pytest
+from numba import njit
+
+from edgeops.errors import EdgeOpsError
+from edgeops.ops.averagepool import AveragePool
+from edgeops.ops.binary import Add, Mul
+from edgeops.ops.gelu import Gelu
+from edgeops.ops.global_averagepool import GlobalAveragePool
+from edgeops.ops.groupnorm_act import GroupNormAct
+from edgeops.ops.layernorm_gelu import LayerNormGelu
+from edgeops.ops.layernorm import LayerNormalization
+from edgeops.ops.maxpool import MaxPool
+from edgeops.ops.softmax import Softmax
+from edgeops.targets.neon import _vmath as vm, eltwise, norms, pool
+
+TOL = dict(rtol=2e-5, atol=2e-5)
+
+
+@njit(error_model="numpy")
+def _map(fn_id, x, y):
+    for i in range(x.size):
+        v = x[i]
+        y[i] = (vm.exp32(v) if fn_id == 0 else vm.erf32(v) if fn_id == 1 else vm.tanh32(v)
+                if fn_id == 2 else vm.silu32(v))
+
+
+def test_vector_math_accuracy():
+    x = np.linspace(-87, 88, 200_001, dtype=np.float32)
+    y = np.empty_like(x)
+    _map(0, x, y)
+    ref = np.exp(x.astype(np.float64))
+    assert np.max(np.abs(y - ref) / ref) < 2.5e-7                     # ~2 ulp
+    xs = np.linspace(-8, 8, 20_001, dtype=np.float32)
+    ys = np.empty_like(xs)
+    _map(1, xs, ys)
+    assert np.max(np.abs(ys - np.array([math.erf(v) for v in xs.astype(float)]))) < 5e-7
+    _map(2, xs, ys)
+    assert np.max(np.abs(ys - np.tanh(xs.astype(np.float64)))) < 3e-7
+    _map(3, np.array([-200.0, -90.0, 0.0, 90.0], np.float32), ys[:4])
+    np.testing.assert_allclose(ys[:4], [0.0, 0.0, 0.0, 90.0], atol=1e-30)
+
+
+@pytest.mark.parametrize("shape,axis", [((3, 7, 33), -1), ((2, 5, 4, 9), 2), ((128, 768), -1)])
+@pytest.mark.parametrize("approx", [None, "none", "tanh"])
+def test_layernorm_gelu(rng, shape, axis, approx):
+    x = rng.standard_normal(shape, dtype=np.float32) * 3 + 1
+    tail = shape[axis:]
+    scale = rng.standard_normal(tail, dtype=np.float32)
+    bias = rng.standard_normal(tail[-1:], dtype=np.float32)   # broadcasts over the tail
+    act = None if approx is None else ("gelu" if approx == "none" else "gelu_tanh")
+    y = norms.layernorm(x, scale, bias, axis=axis, epsilon=1e-5, act=act)
+    xs = [x.astype(np.float64), scale.astype(np.float64), bias.astype(np.float64)]
+    if approx is None:
+        ref = LayerNormalization.reference(*xs, axis=axis, epsilon=1e-5)
+    else:
+        ref = LayerNormGelu.reference(*xs, axis=axis, epsilon=1e-5, approximate=approx)
+    np.testing.assert_allclose(y, ref, **TOL)
+
+
+@pytest.mark.parametrize("shape,groups", [((2, 6, 5, 7), 3), ((1, 64, 56, 56), 32),
+                                          ((3, 8, 11), 8)])
+@pytest.mark.parametrize("act", ["none", "silu"])
+def test_groupnorm_act(rng, shape, groups, act):
+    x = rng.standard_normal(shape, dtype=np.float32) * 2 - 0.5
+    c = shape[1]
+    scale, bias = rng.standard_normal(c, dtype=np.float32), rng.standard_normal(c, dtype=np.float32)
+    y = norms.groupnorm(x, scale, bias, groups, 1e-5, act=act)
+    ref = GroupNormAct.reference(*(t.astype(np.float64) for t in (x, scale, bias)),
+                                 num_groups=groups, epsilon=1e-5, activation=act)
+    np.testing.assert_allclose(y, ref, **TOL)
+
+
+def test_norm_statistics_survive_offset_data(rng):
+    """One-pass shifted statistics (reassociating float32 sums): data with |mean| >> std, and an
+    outlier as the shift sample, must keep its variance to 1e-4 against float64."""
+    x = (rng.standard_normal((4, 512), dtype=np.float32) * 0.01 + 1000).astype(np.float32)
+    x[:, 0] = 900  # an outlier as the shift sample
+    s, b = np.ones(512, np.float32), np.zeros(512, np.float32)
+    ref = LayerNormalization.reference(x.astype(np.float64), s.astype(np.float64),
+                                       b.astype(np.float64), axis=-1, epsilon=1e-5)
+    np.testing.assert_allclose(norms.layernorm(x, s, b), ref, rtol=1e-4, atol=1e-4)
+    xg = x.reshape(1, 4, 512)
+    ref_g = GroupNormAct.reference(xg.astype(np.float64), s[:4].astype(np.float64),
+                                   b[:4].astype(np.float64), num_groups=2, epsilon=1e-5,
+                                   activation="none")
+    np.testing.assert_allclose(norms.groupnorm(xg, s[:4], b[:4], 2), ref_g, rtol=1e-4, atol=1e-4)
+
+
+def test_groupnorm_per_group_params(rng):
+    from edgeops.ops.groupnorm import GroupNormalization
+    x = rng.standard_normal((2, 6, 4, 3), dtype=np.float32)
+    s, b = rng.standard_normal(3, dtype=np.float32), rng.standard_normal(3, dtype=np.float32)
+    ref = GroupNormalization.reference(x.astype(np.float64), s.astype(np.float64),
+                                       b.astype(np.float64), num_groups=3, epsilon=1e-5)
+    np.testing.assert_allclose(norms.groupnorm(x, s, b, 3), ref, **TOL)
+
+
+@pytest.mark.parametrize("shape,axis", [((4, 1000), -1), ((2, 7, 5), 1), ((3, 4, 5, 6), 0),
+                                        ((1, 12, 17, 17), -1)])
+def test_softmax(rng, shape, axis):
+    x = rng.standard_normal(shape, dtype=np.float32) * 8
+    ref = Softmax.reference(x.astype(np.float64), axis=axis)
+    np.testing.assert_allclose(norms.softmax(x, axis), ref, rtol=2e-6, atol=1e-7)
+
+
+POOLS = [
+    ({"kernel_shape": (3, 3), "strides": (2, 2), "pads": (1, 1, 1, 1)}, (2, 3, 11, 10)),
+    ({"kernel_shape": (2, 3), "strides": (2, 1), "ceil_mode": 1}, (1, 2, 9, 8)),
+    ({"kernel_shape": (3, 2), "dilations": (2, 1), "pads": (2, 0, 1, 1)}, (2, 2, 12, 7)),
+    ({"kernel_shape": (3, 3), "auto_pad": "SAME_UPPER", "strides": (2, 2)}, (1, 3, 7, 9)),
+    ({"kernel_shape": (3, 3), "strides": (2, 2), "pads": (1, 1, 1, 1), "ceil_mode": 1},
+     (1, 2, 10, 10)),
+]
+
+
+@pytest.mark.parametrize("attrs,shape", POOLS)
+@pytest.mark.parametrize("kind,cip", [("max", 0), ("avg", 0), ("avg", 1)])
+def test_pooling(rng, attrs, shape, kind, cip):
+    x = rng.standard_normal(shape, dtype=np.float32)
+    full = {"auto_pad": "NOTSET", "strides": None, "dilations": None, "pads": None,
+            "ceil_mode": 0, **attrs}
+    if kind == "max":
+        ref = MaxPool.reference(x, **full, storage_order=0)
+    else:
+        ref = AveragePool.reference(x.astype(np.float64), **full, count_include_pad=cip)
+    y = pool.pool_from_attrs(x, kind, {**attrs, "count_include_pad": cip})
+    np.testing.assert_allclose(y, ref, **TOL)
+
+
+def test_global_avgpool(rng):
+    x = rng.standard_normal((2, 5, 7, 9), dtype=np.float32)
+    np.testing.assert_allclose(pool.global_avgpool(x),
+                               GlobalAveragePool.reference(x.astype(np.float64)), **TOL)
+
+
+def test_activation_chain_and_binary(rng):
+    x = rng.standard_normal((3, 4, 50), dtype=np.float32) * 4
+    y = eltwise.chain(x, ["relu", ("clip", 0.0, 6.0), "hardswish"])
+    from edgeops.ops.hard_swish import hard_swish
+    np.testing.assert_allclose(y, hard_swish(np.clip(x.astype(np.float64), 0, 6)), **TOL)
+    gl = eltwise.chain(x, ["gelu"])
+    np.testing.assert_allclose(gl, Gelu.reference(x.astype(np.float64)), **TOL)
+    for b in (rng.standard_normal((4, 1), dtype=np.float32),
+              rng.standard_normal((50,), dtype=np.float32),
+              rng.standard_normal((3, 1, 50), dtype=np.float32), np.float32(1.5)):
+        np.testing.assert_allclose(eltwise.binary(x, b, "Add"), Add.reference(x, np.asarray(b)),
+                                   **TOL)
+        np.testing.assert_allclose(eltwise.binary(x, b, "Mul", ["silu"]),
+                                   vm_silu(Mul.reference(x, np.asarray(b))), **TOL)
+
+
+def vm_silu(v):
+    v = v.astype(np.float64)
+    return v / (1 + np.exp(-v))
+
+
+def test_memory_bound_bad_inputs(rng):
+    x = rng.standard_normal((2, 6, 4), dtype=np.float32)
+    with pytest.raises(EdgeOpsError, match="divide"):
+        norms.groupnorm(x, np.ones(6, np.float32), np.ones(6, np.float32), 4)
+    with pytest.raises(EdgeOpsError, match="float32"):
+        norms.layernorm(x.astype(np.float64), np.ones(4, np.float32))
+    with pytest.raises(EdgeOpsError, match="axis"):
+        norms.softmax(x, 3)
+    with pytest.raises(EdgeOpsError, match="unknown binary"):
+        eltwise.binary(x, x, "Pow")
+    with pytest.raises(EdgeOpsError, match="not supported"):
+        eltwise.chain(x, ["mish"])
