@@ -1,0 +1,236 @@
+"""``quantize_model(model, calib, ...) -> (QDQ ModelProto, report)``: collect -> compute ->
+export -> analyse -> (optionally) mixed precision. Writes no file."""
+from __future__ import annotations
+
+import os
+import warnings
+
+
+from edgeops.errors import EdgeOpsError, EdgeOpsWarning, ModelError
+from edgeops.quantize.analysis import Agreement, e2e_sqnr, jsonable
+from edgeops.quantize.calib import open_reader, validated_batches
+from edgeops.quantize.observers import (QRANGE, activation_qparams, fake_quantize,
+                                        make_observer, quantize_weight, dequantize)
+from edgeops.quantize.qdq import build, find_nodes, model_inputs, prepare, session, with_outputs
+
+
+def load_onnx(model):
+    """A ModelProto from a path, bytes, ``"sample"`` or a ModelProto."""
+    import onnx
+    if isinstance(model, onnx.ModelProto):
+        return model
+    if isinstance(model, str) and model == "sample":
+        from edgeops.sample import build_sample_model
+        return build_sample_model()
+    if isinstance(model, (bytes, bytearray)):
+        return onnx.load_from_string(bytes(model))
+    path = os.fspath(model)
+    if not os.path.exists(path):
+        raise ModelError(f"model {path!r} does not exist")
+    try:
+        return onnx.load(path)
+    except Exception as e:  # noqa: BLE001
+        raise ModelError(f"cannot load {path!r} as ONNX: {e}") from None
+
+
+def calibrate(m, qnodes, batches, method="minmax", activation_type="int8", progress=None,
+              outputs: bool = False):
+    """{activation tensor: (scale, zero point, qtype)} from the float model on ``batches``
+    (the quantized nodes' inputs, and their outputs too when ``outputs``)."""
+    acts = list(dict.fromkeys([t for q in qnodes for t in q.acts]
+                              + ([q.output for q in qnodes] if outputs else [])))
+    obs = {t: make_observer(method, activation_type) for t in acts}
+    sess = session(with_outputs(m, acts))
+    for i, b in enumerate(batches):
+        for t, v in zip(acts, sess.run(acts, b)):
+            obs[t].update(v)
+        if progress:
+            progress(i + 1, len(batches))
+    out = {}
+    for t, o in obs.items():
+        s, z = activation_qparams(*o.compute(), activation_type)
+        out[t] = (s, z, activation_type)
+    return out
+
+
+def analyse(m, qdq, qnodes, act_params, batches, *, per_channel=True, weight_method="minmax",
+            quantize_outputs=False) -> dict:
+    """Per-tensor and per-layer SQNR/cosine (worst first) and end-to-end, on ``batches``."""
+    outputs = [o.name for o in m.graph.output]
+    acts = list(act_params)
+    # the isolated copies quantize inputs and weights only: outputs are measured, not quantized
+    iso_params = {t: v for t, v in act_params.items() if t in {a for q in qnodes for a in q.acts}}
+    node_outs = [q.output for q in qnodes]
+    iso = build(m, qnodes, iso_params, per_channel=per_channel, isolated=True,
+                weight_method=weight_method)
+    iso_names = acts + node_outs + [f"{o}__iso" for o in node_outs] + outputs
+    iso_sess = session(with_outputs(iso, iso_names))
+    q_sess = session(with_outputs(qdq, node_outs + outputs))
+    ag_t = {t: Agreement() for t in acts}
+    ag_iso = {o: Agreement() for o in node_outs}
+    ag_cum = {o: Agreement() for o in node_outs}
+    ag_e2e = {o: Agreement() for o in outputs}
+    ref_outs = []
+    for b in batches:
+        f = dict(zip(iso_names, iso_sess.run(iso_names, b)))
+        qv = dict(zip(node_outs + outputs, q_sess.run(node_outs + outputs, b)))
+        for t in acts:
+            s, z, qt = act_params[t]
+            lo, hi = QRANGE[qt]
+            ag_t[t].update(f[t], fake_quantize(f[t], s, z, lo, hi))
+        for o in node_outs:
+            ag_iso[o].update(f[o], f[f"{o}__iso"])
+            ag_cum[o].update(f[o], qv[o])
+        for o in outputs:
+            ag_e2e[o].update(f[o], qv[o])
+        ref_outs.append({o: f[o] for o in outputs})
+    inits = {t.name: t for t in m.graph.initializer}
+    from onnx import numpy_helper
+    tensors = [{"tensor": t, "kind": "activation", "scale": float(act_params[t][0]),
+                "zero_point": int(act_params[t][1]), "sqnr_db": jsonable(a.sqnr_db),
+                "cosine": a.cosine} for t, a in ag_t.items()]
+    for q in qnodes:
+        if q.weight is None:
+            continue
+        w = numpy_helper.to_array(inits[q.weight])
+        axis = q.axis if per_channel else None
+        qw, s, z = quantize_weight(w, axis, weight_method)
+        a = Agreement().update(w, dequantize(qw, s, z, axis))
+        tensors.append({"tensor": q.weight, "kind": "weight", "axis": axis,
+                        "sqnr_db": jsonable(a.sqnr_db), "cosine": a.cosine})
+    tensors.sort(key=lambda r: r["sqnr_db"])
+    layers = [{"node": q.name, "op": q.op, "output": q.output,
+               "isolated_sqnr_db": jsonable(ag_iso[q.output].sqnr_db),
+               "cumulative_sqnr_db": jsonable(ag_cum[q.output].sqnr_db),
+               "cosine": ag_cum[q.output].cosine, "isolated_cosine": ag_iso[q.output].cosine}
+              for q in qnodes]
+    layers.sort(key=lambda r: r["isolated_sqnr_db"])
+    return {"end_to_end": _e2e_doc(ag_e2e), "layers": layers, "tensors": tensors,
+            "_ref_outs": ref_outs}
+
+
+def _e2e_doc(ag):
+    return {"sqnr_db": jsonable(e2e_sqnr(ag)),
+            "cosine": min(a.cosine for a in ag.values()),
+            "outputs": {o: {"sqnr_db": jsonable(a.sqnr_db), "cosine": a.cosine} for o, a in ag.items()}}
+
+
+def e2e_of(model, batches, ref_outs) -> dict:
+    outputs = [o.name for o in model.graph.output]
+    sess = session(model)
+    ag = {o: Agreement() for o in outputs}
+    for b, ref in zip(batches, ref_outs):
+        for o, v in zip(outputs, sess.run(outputs, b)):
+            ag[o].update(ref[o], v)
+    return _e2e_doc(ag)
+
+
+def mixed_precision(m, qnodes, act_params, batches, ref_outs, layers, target_db, *, per_channel=True,
+                    weight_method="minmax", quantize_outputs=False):
+    """Greedy: un-quantize the layer with the worst isolated SQNR, re-measure, until the
+    end-to-end SQNR reaches ``target_db`` (or every layer is float)."""
+    keep: list[str] = []
+    steps = []
+    kw = {"per_channel": per_channel, "weight_method": weight_method,
+          "quantize_outputs": quantize_outputs}
+    model = build(m, qnodes, act_params, **kw)
+    cur = e2e_of(model, batches, ref_outs)["sqnr_db"]
+    steps.append({"kept_float": [], "sqnr_db": cur})
+    for r in layers:
+        if cur >= target_db:
+            break
+        keep.append(r["node"])
+        model = build(m, qnodes, act_params, keep_float=keep, **kw)
+        cur = e2e_of(model, batches, ref_outs)["sqnr_db"]
+        steps.append({"kept_float": list(keep), "sqnr_db": cur})
+    return model, {"target_sqnr_db": target_db, "reached": cur >= target_db, "sqnr_db": cur,
+                   "kept_float": keep, "steps": steps}
+
+
+def latency_cost(m, qnodes, keep: list[str], board) -> dict:
+    """Predicted latency (simulator, naive tilings) of each quantized node in float and int8 on
+    ``board``, and what keeping ``keep`` in float costs."""
+    from edgeops import boards
+    from edgeops.tiling.api import naive, predict
+    from edgeops.tiling.graphsim import board_cast, cast_space, load_model
+    from edgeops.tiling.from_node import space_from_node
+    b = boards.load(board)
+    g = load_model(m)
+    cast = board_cast(b)     # "float" is what the board runs fp32 in (fp16 on Cube/tensor cores)
+    rows, unavailable = {}, {}
+    for q in qnodes:
+        try:
+            sp = space_from_node(g.node(q.name))
+            if isinstance(sp, str):
+                raise EdgeOpsError(sp)
+            sf = cast_space(sp, cast)
+            f = predict(sf, b, naive(sf, b)).prediction.latency_s
+            s8 = cast_space(sp, {sp.dtype: "int8"})
+            i8 = predict(s8, b, naive(s8, b)).prediction.latency_s
+            rows[q.name] = {"float_dtype": sf.dtype, "float_s": f, "int8_s": i8}
+        except Exception as e:  # noqa: BLE001  (a node the simulator cannot cost: say so)
+            unavailable[q.name] = f"{type(e).__name__}: {e}"
+    all_int8 = sum(r["int8_s"] for r in rows.values())
+    mixed = sum(r["float_s"] if n in keep else r["int8_s"] for n, r in rows.items())
+    return {"board": b.name, "tiling": "naive", "nodes": rows, "unavailable": unavailable,
+            "quantized_nodes_int8_s": all_int8, "mixed_s": mixed, "cost_s": mixed - all_int8,
+            "kept_unavailable": [n for n in keep if n in unavailable]}
+
+
+def quantize_model(model, calib, *, method: str = "minmax", per_channel: bool = True,
+                   activation_type: str = "int8", weight_method: str = "minmax",
+                   quantize_outputs: bool = False, target_sqnr: float | None = None,
+                   eval_data=None, board: str | None = None, progress=None,
+                   mean=(0.0,), std=(1.0,), layout: str = "NCHW"):
+    """Quantize ``model`` (path, bytes, ModelProto or ``"sample"``) with calibration data
+    ``calib`` (a reader, a list of {input: array}, an .npz, a folder, image paths, or
+    ``"random"``). Returns (QDQ ModelProto, report dict).
+
+    ``method``: the activation observer (minmax, percentile, entropy, mse); ``weight_method``:
+    minmax (max|w| / 127 per channel) or mse; ``target_sqnr``: dB the end-to-end output must
+    reach, keeping the least tolerant layers in float; ``eval_data``: held-out data for the
+    analysis (default: the calibration set); ``board``: cost the float layers in predicted
+    latency; ``quantize_outputs``: Q/DQ on the quantized nodes' outputs too (the full QDQ
+    unit ORT runs as QLinearConv/QLinearMatMul); ``progress(done, total)`` after each
+    calibration batch."""
+    if weight_method not in ("minmax", "mse"):
+        raise EdgeOpsError(f"weight method must be minmax or mse, not {weight_method!r}")
+    if activation_type not in QRANGE:
+        raise EdgeOpsError(f"--activation-type must be int8 or uint8, not {activation_type!r}")
+    src = load_onnx(model)
+    m = prepare(src)
+    inputs = model_inputs(m)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", EdgeOpsWarning)
+        batches = validated_batches(open_reader(calib, inputs, mean=mean, std=std, layout=layout), inputs)
+        evals = batches if eval_data is None else validated_batches(
+            open_reader(eval_data, inputs, mean=mean, std=std, layout=layout), inputs)
+    for w in caught:
+        warnings.warn(w.message, w.category, stacklevel=2)
+    qnodes = find_nodes(m)
+    if not qnodes:
+        raise EdgeOpsError("the model has no Conv, MatMul or Gemm node to quantize")
+    act_params = calibrate(m, qnodes, batches, method, activation_type, progress, quantize_outputs)
+    qdq = build(m, qnodes, act_params, per_channel=per_channel, weight_method=weight_method,
+                quantize_outputs=quantize_outputs)
+    rep = analyse(m, qdq, qnodes, act_params, evals, per_channel=per_channel,
+                  weight_method=weight_method, quantize_outputs=quantize_outputs)
+    ref_outs = rep.pop("_ref_outs")
+    report = {"method": method, "weight_method": weight_method, "per_channel": per_channel,
+              "quantize_outputs": quantize_outputs,
+              "activation_type": activation_type,
+              "calibration_batches": len(batches), "eval_batches": len(evals),
+              "eval_set": "calibration" if eval_data is None else "held-out",
+              "opset": max(o.version for o in m.opset_import if o.domain in ("", "ai.onnx")),
+              "quantized_nodes": [q.name for q in qnodes],
+              "warnings": [str(w.message) for w in caught], **rep, "mixed_precision": None}
+    if target_sqnr is not None:
+        qdq, mp = mixed_precision(m, qnodes, act_params, evals, ref_outs, rep["layers"],
+                                  float(target_sqnr), per_channel=per_channel,
+                                  weight_method=weight_method, quantize_outputs=quantize_outputs)
+        report["mixed_precision"] = mp
+        report["end_to_end_mixed"] = e2e_of(qdq, evals, ref_outs)
+    if board is not None:
+        keep = report["mixed_precision"]["kept_float"] if report["mixed_precision"] else []
+        report["latency"] = latency_cost(m, qnodes, keep, board)
+    return qdq, report

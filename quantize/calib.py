@@ -1,0 +1,207 @@
+"""Calibration data readers.
+
+A reader is anything with ``get_next() -> dict[input name, np.ndarray] | None`` (the same
+protocol as ``onnxruntime.quantization.CalibrationDataReader``, so one reader feeds both
+edgeops and the peer). ``rewind()`` is optional; the readers here have it so that one reader
+can be consumed more than once (calibration, then accuracy analysis).
+"""
+from __future__ import annotations
+
+import os
+import warnings
+from pathlib import Path
+from typing import Iterable, Protocol, runtime_checkable
+
+import numpy as np
+
+from edgeops.errors import EdgeOpsError, EdgeOpsWarning
+
+IMAGE_EXTS = (".png", ".jpg", ".jpeg", ".bmp", ".ppm", ".pgm", ".tif", ".tiff", ".webp")
+
+
+class CalibrationError(EdgeOpsError):
+    """Calibration data is missing, empty, or does not fit the model's inputs."""
+
+
+@runtime_checkable
+class CalibrationReader(Protocol):
+    def get_next(self) -> dict[str, np.ndarray] | None: ...
+
+
+class ListReader:
+    """Batches held in memory (a list of {input: array})."""
+
+    def __init__(self, batches: Iterable[dict[str, np.ndarray]]):
+        self.batches = [dict(b) for b in batches]
+        self._i = 0
+
+    def get_next(self):
+        if self._i >= len(self.batches):
+            return None
+        self._i += 1
+        return self.batches[self._i - 1]
+
+    def rewind(self):
+        self._i = 0
+
+    def __len__(self):
+        return len(self.batches)
+
+
+def npz_reader(path, input_names: list[str]) -> ListReader:
+    """An ``.npz``: keys are input names, each array's first axis indexes calibration batches
+    (a key whose array already has the model's rank is one batch of that size). A single-input
+    model also accepts an npz whose only key is another name (``arr_0`` from ``np.savez``)."""
+    try:
+        z = np.load(os.fspath(path))
+    except (OSError, ValueError) as e:
+        raise CalibrationError(f"cannot read calibration file {os.fspath(path)!r}: {e}") from None
+    keys = list(z.keys())
+    if len(input_names) == 1 and len(keys) == 1 and keys[0] not in input_names:
+        arrays = {input_names[0]: z[keys[0]]}
+    else:
+        arrays = {k: z[k] for k in keys}
+    return ListReader(_split(arrays))
+
+
+def _split(arrays: dict[str, np.ndarray]) -> list[dict]:
+    n = {k: len(v) for k, v in arrays.items()}
+    if len(set(n.values())) > 1:
+        raise CalibrationError(f"calibration arrays disagree on the number of samples: {n}")
+    count = next(iter(n.values()), 0)
+    # one sample per batch, keeping a batch axis of 1
+    return [{k: v[i:i + 1] for k, v in arrays.items()} for i in range(count)]
+
+
+def npy_folder_reader(folder, input_names: list[str]) -> ListReader:
+    """A folder of ``.npy`` files, one batch each (sorted by name). A multi-input model needs
+    files named ``<input>_<anything>.npy`` or sub-folders named after the inputs."""
+    folder = Path(folder)
+    files = sorted(folder.glob("*.npy"))
+    if len(input_names) == 1 and files:
+        return ListReader({input_names[0]: np.load(f)} for f in files)
+    per = {}
+    for name in input_names:
+        sub = folder / name
+        fs = sorted(sub.glob("*.npy")) if sub.is_dir() else sorted(folder.glob(f"{name}_*.npy"))
+        per[name] = fs
+    counts = {k: len(v) for k, v in per.items()}
+    if not files and not any(counts.values()):
+        raise CalibrationError(f"no .npy files in {os.fspath(folder)!r}")
+    if len(set(counts.values())) != 1:
+        raise CalibrationError(f"calibration folder {os.fspath(folder)!r}: inputs have different "
+                               f"numbers of .npy files {counts}")
+    n = next(iter(counts.values()))
+    return ListReader({k: np.load(per[k][i]) for k in input_names} for i in range(n))
+
+
+def image_reader(paths, input_name: str, input_shape, *, mean=(0.0, 0.0, 0.0), std=(1.0, 1.0, 1.0),
+                 layout: str = "NCHW", scale: float = 1 / 255.0) -> ListReader:
+    """Images resized to the model input, ``(pixel * scale - mean) / std``, one per batch."""
+    try:
+        from PIL import Image
+    except ImportError:
+        raise CalibrationError("reading images needs Pillow: pip install pillow (or give the "
+                               "calibration data as .npz / a folder of .npy)") from None
+    layout = layout.upper()
+    if layout not in ("NCHW", "NHWC"):
+        raise CalibrationError(f"layout must be NCHW or NHWC, not {layout!r}")
+    if input_shape is None or len(input_shape) != 4 or not all(isinstance(d, int) for d in input_shape[1:]):
+        raise CalibrationError(f"input {input_name!r} needs a static 4-D shape to read images into, "
+                               f"has {input_shape}")
+    h, w, c = (input_shape[2], input_shape[3], input_shape[1]) if layout == "NCHW" else \
+        (input_shape[1], input_shape[2], input_shape[3])
+    mean = np.asarray(mean, np.float32).reshape(-1)
+    std = np.asarray(std, np.float32).reshape(-1)
+    batches = []
+    for p in paths:
+        try:
+            im = Image.open(p).convert("L" if c == 1 else "RGB").resize((w, h))
+        except OSError as e:
+            raise CalibrationError(f"cannot read image {os.fspath(p)!r}: {e}") from None
+        a = np.asarray(im, np.float32).reshape(h, w, c) * scale
+        a = (a - mean[:c] if mean.size > 1 else a - mean) / (std[:c] if std.size > 1 else std)
+        a = a.transpose(2, 0, 1) if layout == "NCHW" else a
+        batches.append({input_name: a[None].astype(np.float32)})
+    return ListReader(batches)
+
+
+def random_reader(inputs: list[tuple[str, tuple, np.dtype]], count: int = 8, seed: int = 0) -> ListReader:
+    """Random standard-normal inputs: only when asked, since accuracy figures on it mean nothing."""
+    warnings.warn("calibrating on random data: the ranges, and every accuracy figure, are "
+                  "meaningless for real inputs", EdgeOpsWarning, stacklevel=2)
+    rng = np.random.default_rng(seed)
+    return ListReader({n: rng.standard_normal(tuple(d if isinstance(d, int) else 1 for d in s)).astype(dt)
+                       for n, s, dt in inputs} for _ in range(count))
+
+
+def open_reader(data, inputs: list[tuple[str, tuple, np.dtype]], *, mean=(0.0,), std=(1.0,),
+                layout="NCHW", count: int = 8):
+    """A reader from what the user named: a reader object, a list of batches, ``"random"``,
+    ``random:N``, an ``.npz``, a folder of ``.npy`` or of images, or a list of image paths."""
+    names = [n for n, _, _ in inputs]
+    if hasattr(data, "get_next"):
+        return data
+    if isinstance(data, (list, tuple)) and data and isinstance(data[0], dict):
+        return ListReader(data)
+    if isinstance(data, str) and (data == "random" or data.startswith("random:")):
+        return random_reader(inputs, int(data.split(":", 1)[1]) if ":" in data else count)
+    if isinstance(data, (list, tuple)):
+        return image_reader(list(data), names[0], inputs[0][1], mean=mean, std=std, layout=layout)
+    p = Path(data)
+    if not p.exists():
+        raise CalibrationError(f"calibration data {os.fspath(p)!r} does not exist (give an .npz, a "
+                               f"folder of .npy files or images, or 'random' to calibrate on noise)")
+    if p.is_file() and p.suffix == ".npz":
+        return npz_reader(p, names)
+    if p.is_file() and p.suffix.lower() in IMAGE_EXTS:
+        return image_reader([p], names[0], inputs[0][1], mean=mean, std=std, layout=layout)
+    if p.is_dir():
+        if list(p.glob("*.npy")) or any((p / n).is_dir() for n in names):
+            return npy_folder_reader(p, names)
+        imgs = sorted(f for f in p.iterdir() if f.suffix.lower() in IMAGE_EXTS)
+        if imgs:
+            return image_reader(imgs, names[0], inputs[0][1], mean=mean, std=std, layout=layout)
+        raise CalibrationError(f"no .npy files or images in {os.fspath(p)!r}")
+    raise CalibrationError(f"cannot use {os.fspath(p)!r} as calibration data (expected .npz, a "
+                           f"folder of .npy files or images)")
+
+
+def validated_batches(reader, inputs: list[tuple[str, tuple, np.dtype]]) -> list[dict[str, np.ndarray]]:
+    """Drain ``reader`` into a list, checking every batch against the model's inputs."""
+    want = {n: (s, np.dtype(dt)) for n, s, dt in inputs}
+    out = []
+    while True:
+        b = reader.get_next()
+        if b is None:
+            break
+        i = len(out)
+        unknown = sorted(set(b) - set(want))
+        if unknown:
+            raise CalibrationError(f"calibration batch {i} has input {unknown[0]!r}, which the model "
+                                   f"does not have; model inputs: {sorted(want)}")
+        missing = sorted(set(want) - set(b))
+        if missing:
+            raise CalibrationError(f"calibration batch {i} lacks input {missing[0]!r} "
+                                   f"(expected shape {_fmt(want[missing[0]][0])}, {want[missing[0]][1]})")
+        for n, a in b.items():
+            a = np.asarray(a)
+            shape, dt = want[n]
+            if a.dtype != dt:
+                raise CalibrationError(f"calibration batch {i}, input {n!r}: dtype {a.dtype}, "
+                                       f"expected {dt}")
+            if shape is not None and (len(a.shape) != len(shape) or any(
+                    isinstance(d, int) and d != x for d, x in zip(shape, a.shape))):
+                raise CalibrationError(f"calibration batch {i}, input {n!r}: shape "
+                                       f"{_fmt(a.shape)}, expected {_fmt(shape)}")
+            if not np.isfinite(a).all() if a.dtype.kind == "f" else False:
+                raise CalibrationError(f"calibration batch {i}, input {n!r} holds NaN or Inf")
+        out.append({n: np.asarray(a) for n, a in b.items()})
+    if not out:
+        raise CalibrationError("the calibration set is empty: the reader gave no batch; expected "
+                               f"batches of {', '.join(f'{n} {_fmt(s)} {d}' for n, (s, d) in want.items())}")
+    return out
+
+
+def _fmt(shape) -> str:
+    return "x".join(str(d) if d is not None else "?" for d in shape) if shape is not None else "?"

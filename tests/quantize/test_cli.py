@@ -1,0 +1,50 @@
+"""``edgeops quantize``: writes the QDQ model, --json is one document, never overwrites without
+--force, bad calibration data is one line and exit 2."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+
+from edgeops.cli import main
+
+
+def _npz(path, shape, n=4, seed=0):
+    rng = np.random.default_rng(seed)
+    np.savez(path, image=rng.standard_normal((n, *shape[1:])).astype(np.float32))
+    return str(path)
+
+
+def test_cli_json_report_plot_and_no_overwrite(tmp_path, capsys):
+    calib = _npz(tmp_path / "c.npz", (1, 3, 32, 32))
+    out, rep, png = tmp_path / "q.onnx", tmp_path / "r.json", tmp_path / "p.png"
+    rc = main(["quantize", "sample", "--calib", calib, "-o", str(out), "--json", "--report",
+               str(rep), "--plot", str(png), "--target-sqnr", "20", "--method", "percentile"])
+    cap = capsys.readouterr()
+    assert rc == 0
+    doc = json.loads(cap.out)
+    assert doc["method"] == "percentile" and doc["calibration_batches"] == 4
+    assert doc["mixed_precision"]["reached"]
+    assert json.loads(rep.read_text())["end_to_end"] == doc["end_to_end"]
+    assert png.read_bytes()[:4] == b"\x89PNG"
+    s = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
+    assert s.run(None, {"image": np.ones((1, 3, 32, 32), np.float32)})[0].shape == (1, 10)
+    before = out.read_bytes()
+    rc = main(["quantize", "sample", "--calib", calib, "-o", str(out)])
+    err = capsys.readouterr().err
+    assert rc == 2 and "already exists" in err and "--force" in err and len(err.strip().splitlines()) == 1
+    assert out.read_bytes() == before
+    assert main(["quantize", "sample", "--calib", calib, "-o", str(out), "--force", "--json"]) == 0
+    onnx.checker.check_model(onnx.load(str(out)))
+
+
+def test_cli_bad_calibration_is_one_line(tmp_path, capsys):
+    bad = tmp_path / "bad.npz"
+    np.savez(bad, image=np.zeros((2, 3, 16, 16), np.float32))
+    rc = main(["quantize", "sample", "--calib", str(bad), "-o", str(tmp_path / "q.onnx")])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and len(err.splitlines()) == 1
+    assert "'image'" in err and "1x3x16x16" in err and "1x3x32x32" in err
+    assert not (tmp_path / "q.onnx").exists()

