@@ -1,10 +1,13 @@
 """``edgeops demo [--out DIR] [--json]``: the main job end to end on the bundled sample model.
 
-For now: build the sample model, inspect it, list the boards and the op x target support
-matrix. The demo is a list of small steps (each ``step(ctx) -> JSON-able part``) so that compile,
-simulate and deploy can be appended as they land. Without ``--out`` the model lives in a
-temporary folder that is removed afterwards; with ``--out DIR`` it is written to
-``DIR/edgeops-sample.onnx`` and an existing file there is never overwritten.
+Build the sample model, inspect it, list the boards and the op x target support matrix, compile
+it for the default board (``host``; ``rpi5`` where edgeops' CPU kernels cannot load) printing the
+placement and the predicted latency, then run the package and check it against ONNX Runtime.
+The demo is a list of small steps (each ``step(ctx) -> JSON-able part``) so that simulate and
+deploy can be appended as they land. Without ``--out`` the model and the package live in a
+temporary folder that is removed afterwards; with ``--out DIR`` they are written to
+``DIR/edgeops-sample.onnx`` and ``DIR/edgeops-sample-BOARD.pkg``, and an existing file there
+is never overwritten.
 """
 from __future__ import annotations
 
@@ -18,8 +21,10 @@ from edgeops.cli.inspect import wide_console as console
 
 
 def add(sub):
-    p = sub.add_parser("demo", help="run edgeops on the bundled sample model (inspect, boards, kernels)")
-    p.add_argument("--out", metavar="DIR", help="keep the sample model in DIR (refuses to overwrite)")
+    p = sub.add_parser("demo", help="run edgeops on the bundled sample model (inspect, boards, "
+                       "kernels, compile, run)")
+    p.add_argument("--out", metavar="DIR",
+                   help="keep the sample model and its package in DIR (refuses to overwrite)")
     p.add_argument("--json", action="store_true", help="one JSON document on stdout")
     p.set_defaults(func=run)
 
@@ -91,12 +96,56 @@ def step_support_matrix(ctx: dict) -> dict:
     return {"targets": list(KNOWN_TARGETS), "ops": m}
 
 
-# (key in the result, step); later issues append compile, simulate, deploy here
+def demo_board() -> str:
+    """``host`` (this machine, measured) when edgeops' CPU kernels load here, else ``rpi5``."""
+    try:
+        import edgeops.targets.neon  # noqa: F401  (registers the kernels the host board uses)
+    except Exception:  # noqa: BLE001  (numba missing or broken: the demo still compiles)
+        return "rpi5"
+    return "host"
+
+
+def step_compile(ctx: dict) -> dict:
+    from edgeops.cli.compile import compile_model, fmt_s, print_placement
+    board = demo_board()
+    out = Path(ctx["dir"]) / f"edgeops-sample-{board}.pkg"
+    if ctx["show"]:
+        console().print(f"\n[bold]5. edgeops compile[/bold] for board {board}: placement and "
+                        f"predicted latency, before anything runs")
+    doc = compile_model(ctx["model_path"], board, out, show=print_placement if ctx["show"] else None)
+    ctx["package"] = out
+    v = doc["verified"]
+    if ctx["show"]:
+        where = str(out) if ctx["keep"] else "a temporary folder"
+        console().print(f"package written to {where}; predicted {fmt_s(doc['predicted_latency_s'])} "
+                        f"on {board}; checked here: max relative error {v['max_rel']:.1e}")
+    return {"board": board, "package": str(out) if ctx["keep"] else None,
+            "predicted_latency_s": doc["predicted_latency_s"],
+            "lowered": sum(1 for r in doc["placement"] if r["target"]),
+            "nodes": len(doc["placement"]), "used_targets": doc["used_targets"],
+            "placement": doc["placement"], "verified": v}
+
+
+def step_run(ctx: dict) -> dict:
+    from edgeops.cli.run import print_report, run_package
+    doc = run_package(ctx["package"], runs=3)
+    if ctx["show"]:
+        console().print("\n[bold]6. edgeops run[/bold]: the package in ONNX Runtime with edgeops' "
+                        "kernels, against ONNX Runtime on the original model")
+        print_report(doc)
+    if not ctx["keep"]:
+        doc["package"] = None
+    return doc
+
+
+# (key in the result, step); later issues append simulate, deploy here
 STEPS: list[tuple[str, Callable[[dict], Any]]] = [
     ("model", step_model),
     ("inspect", step_inspect),
     ("boards", step_boards),
     ("support_matrix", step_support_matrix),
+    ("compile", step_compile),
+    ("run", step_run),
 ]
 
 

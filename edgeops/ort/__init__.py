@@ -56,8 +56,8 @@ import numpy as np
 
 from edgeops.ort.bridge import (declare_ops, install_fast_hook, raise_errors, session_class,
                                 take_errors)
-from edgeops.ort.dispatch import (DISPATCH_ATTR, KernelRuntimeError, OrtIntegrationError,
-                                  make_spec, resolve)
+from edgeops.ort.dispatch import (DISPATCH_ATTR, LOWERABLE_STANDARD_OPS, KernelRuntimeError,
+                                  OrtIntegrationError, make_spec, opdef_for, resolve)
 
 PLACEHOLDER = "edgeops.absent"
 _TARGET_KEY, _DONE_KEY = "edgeops.target", "edgeops.registered"
@@ -133,7 +133,7 @@ def prepare(model, target: str | None = None, *, session_options=None):
     OrtIntegrationError / OpDefinitionError / KernelNotFoundError naming the node."""
     import onnx
     from onnx import helper, numpy_helper
-    from edgeops.ops import EDGEOPS_DOMAIN, get_op
+    from edgeops.ops import EDGEOPS_DOMAIN
     from edgeops.registry import load_targets
     if target is None:
         target = (_entry(session_options, _TARGET_KEY) if session_options is not None else None) or "reference"
@@ -148,7 +148,7 @@ def prepare(model, target: str | None = None, *, session_options=None):
         if n.domain != EDGEOPS_DOMAIN:
             continue
         where = n.name or f"{n.op_type}#{k}"
-        od = get_op(n.op_type, n.domain)
+        od = opdef_for(n.op_type, n.domain)
         raw = {a.name: helper.get_attribute_value(a) for a in n.attribute}
         raw = {key: v.decode() if isinstance(v, bytes) else v for key, v in raw.items()}
         if DISPATCH_ATTR in raw:     # prepared already: check it, keep it
@@ -204,5 +204,5 @@ def session(model_or_path, target: str = "reference", providers: Sequence[str] |
                            providers=list(providers or ["CPUExecutionProvider"]))
 
 
-__all__ = ["DISPATCH_ATTR", "KernelRuntimeError", "OrtIntegrationError", "install_fast_hook",
-           "prepare", "raise_errors", "register", "session", "take_errors"]
+__all__ = ["DISPATCH_ATTR", "LOWERABLE_STANDARD_OPS", "KernelRuntimeError", "OrtIntegrationError",
+           "install_fast_hook", "opdef_for", "prepare", "raise_errors", "register", "session", "take_errors"]

@@ -47,10 +47,13 @@ def declare_ops() -> None:
     second declaration of a name would break every later session)."""
     from onnxruntime_extensions import PyOp, onnx_op
     from edgeops.ops import EDGEOPS_DOMAIN, all_ops
+    from edgeops.ort.dispatch import LOWERABLE_STANDARD_OPS
     with _lock:
         for od in all_ops():
-            key = f"{od.domain}::{od.name}"
-            if od.domain != EDGEOPS_DOMAIN or key in _declared:
+            # custom ops, and standard ops lowered onto edgeops kernels ("ai.edgeops::Conv")
+            lowered = od.domain == "" and od.name in LOWERABLE_STANDARD_OPS
+            key = f"{EDGEOPS_DOMAIN}::{od.name}"
+            if (od.domain != EDGEOPS_DOMAIN and not lowered) or key in _declared:
                 continue
             n_out = getattr(od, "num_outputs", 1)
             opdef = onnx_op(op_type=key, inputs=[PyOp.dt_float] * od.max_inputs,

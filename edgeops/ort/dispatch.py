@@ -17,6 +17,28 @@ from edgeops.errors import EdgeOpsError
 DISPATCH_ATTR = "edgeops_dispatch"
 FORMAT = 1
 
+# Standard ONNX ops that lowering may hand to an edgeops kernel. A lowered node keeps its op_type
+# and attributes but moves to the ai.edgeops domain ("ai.edgeops::Conv"): ONNX Runtime would run
+# a node of the standard domain itself, and a custom op cannot take over a standard name. Only
+# ops whose inputs are all float tensors and whose one output is all a package needs: the
+# bridge declares float inputs and a fixed output count (Reshape's int64 shape, Concat's and
+# Split's variable arity, Dropout's mask stay in ONNX Runtime).
+LOWERABLE_STANDARD_OPS = frozenset({
+    "Conv", "Gemm", "MatMul", "BatchNormalization", "Relu", "LeakyRelu", "Clip", "Sigmoid",
+    "HardSigmoid", "HardSwish", "Tanh", "Erf", "Gelu", "Softmax", "LayerNormalization",
+    "GroupNormalization", "InstanceNormalization", "MaxPool", "AveragePool", "GlobalAveragePool",
+    "Add", "Sub", "Mul", "Div", "Transpose", "Flatten", "Identity",
+})
+
+
+def opdef_for(op_type: str, domain: str):
+    """The op definition of a node: its own, or for ``ai.edgeops::<standard op>`` (a lowered
+    standard node) the standard one."""
+    from edgeops.ops import EDGEOPS_DOMAIN, get_op, has_op
+    if domain == EDGEOPS_DOMAIN and not has_op(op_type, domain) and op_type in LOWERABLE_STANDARD_OPS:
+        return get_op(op_type, "")
+    return get_op(op_type, domain)
+
 
 class OrtIntegrationError(EdgeOpsError):
     """An ai.edgeops node cannot be prepared or run in ONNX Runtime (kernel id, tiling, op)."""

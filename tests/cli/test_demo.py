@@ -20,7 +20,7 @@ def _temp_dirs():
 def test_run_demo_result():
     before = _temp_dirs()
     r = run_demo()
-    assert list(r) == [k for k, _ in STEPS] == ["model", "inspect", "boards", "support_matrix"]
+    assert list(r) == [k for k, _ in STEPS] == ["model", "inspect", "boards", "support_matrix", "compile", "run"]
     assert r["model"]["name"] == "edgeops-sample" and r["model"]["path"] is None
     assert r["model"]["bytes"] == len(build_sample_model().SerializeToString())
     assert r["inspect"]["macs"] > 0 and "GroupNormalization" in r["inspect"]["op_histogram"]
@@ -53,7 +53,7 @@ def test_cli_json(capsys):
     assert main(["demo", "--json"]) == 0
     out, err = capsys.readouterr()
     doc = json.loads(out)
-    assert set(doc) == {"model", "inspect", "boards", "support_matrix"} and err == ""
+    assert set(doc) == {"model", "inspect", "boards", "support_matrix", "compile", "run"} and err == ""
 
 
 def test_cli_human(capsys):

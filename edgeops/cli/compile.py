@@ -1,0 +1,161 @@
+"""``edgeops compile MODEL --board B -o PKG [--lower auto|all|none] [--shapes ...] [--json] [--force]``:
+fuse, lower for a board, print where every node runs and how fast it should be, then write the
+package (``edgeops.package``).
+
+The placement table and the predicted total are printed before anything runs: which node goes to
+which target (or stays in ONNX Runtime) and why, the predicted latency and what bounds it. Then
+the reference outputs are computed by ONNX Runtime on the original model and, unless
+``--no-verify``, the lowered model is run here once and its error recorded in the manifest. A
+kernel that fails that run has its node moved to ONNX Runtime and the model is compiled again
+(the reason is in the placement table), so a target's bug costs speed, not a broken package.
+Exit status 1 when the check runs but the package is above its tolerance.
+:func:`compile_model` is the same in Python.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from edgeops.cli.common import console, print_json
+
+MAX_REPAIRS = 3     # compile again at most this often, moving failed kernels' nodes to ORT
+
+
+def add(sub):
+    p = sub.add_parser("compile", help="fuse and lower a model for a board, write a package")
+    p.add_argument("model", help="path to an .onnx model, or 'sample' for the bundled one")
+    p.add_argument("--board", required=True, help="board name (edgeops boards) or board file")
+    p.add_argument("-o", "--out", required=True, metavar="PKG", help="package directory to write")
+    p.add_argument("--lower", default="auto", choices=("auto", "all", "none"),
+                   help="auto: edgeops kernels where predicted/measured faster than ONNX Runtime "
+                        "(every supported node on NPUs); all: every supported node; none: none")
+    p.add_argument("--targets", metavar="T1,T2", help="kernel targets instead of the board's "
+                   "(e.g. reference)")
+    p.add_argument("--shapes", action="append", metavar="NAME:1x3x224x224[;...]",
+                   help="concrete sizes for inputs with symbolic dims (repeatable)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the reference inputs")
+    p.add_argument("--threads", type=int, help="ONNX Runtime threads the package asks for")
+    p.add_argument("--no-tune", action="store_true",
+                   help="no tiling search: kernels use their default blocking and there are no "
+                        "predictions (auto then keeps CPU/GPU nodes in ONNX Runtime)")
+    p.add_argument("--no-verify", action="store_true",
+                   help="do not run the lowered model here before writing the package")
+    p.add_argument("--force", action="store_true", help="replace an existing package at PKG")
+    p.add_argument("--json", action="store_true", help="one JSON document on stdout")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    show = None if args.json else print_placement
+    doc = compile_model(args.model, args.board, args.out, mode=args.lower,
+                        shapes=";".join(args.shapes) if args.shapes else None,
+                        targets=args.targets.split(",") if args.targets else None,
+                        force=args.force, verify=not args.no_verify, seed=args.seed,
+                        threads=args.threads, plan=not args.no_tune, show=show)
+    if args.json:
+        print_json(doc)
+    else:
+        print_written(doc)
+    return 1 if doc["verified"] is not None and not doc["verified"]["ok"] else 0
+
+
+def compile_model(model, board, out, *, mode: str = "auto", shapes=None, targets=None,
+                  force: bool = False, verify: bool = True, seed: int = 0, threads=None,
+                  plan: bool = True, show=None) -> dict:
+    """Lower ``model`` (path, "sample", bytes or ModelProto) for ``board`` and write the
+    package ``out``; ``show(doc)`` is called with the placement before the package is built.
+    Returns the ``--json`` document."""
+    from edgeops import package
+    from edgeops.errors import PackageError
+    from edgeops.lower import lower
+    from edgeops.ort import KernelRuntimeError
+    src, name = _source(model)
+    if not force and (Path(out).exists() or Path(out).is_symlink()):   # fail before the work
+        raise PackageError(f"{out} already exists; edgeops will not overwrite it (use --force)")
+    exclude: dict[str, str] = {}
+    for attempt in range(MAX_REPAIRS + 1):
+        lw = lower(src, board, mode=mode, targets=targets, shapes=shapes, plan=plan,
+                   exclude=exclude)
+        doc = {"model": name, "package": str(out), **lw.to_dict()}
+        if show is not None:
+            show(doc)
+        try:
+            pkg = package.write(lw, out, force=force, seed=seed, verify=verify, threads=threads,
+                                source=name)
+            break
+        except KernelRuntimeError as e:
+            failed = failed_nodes(e)
+            if not failed or attempt == MAX_REPAIRS:
+                raise
+            exclude.update(failed)
+            if show is not None:
+                console().print(f"[yellow]kernel(s) failed the check here; compiling again with "
+                                f"{', '.join(sorted(failed))} in ONNX Runtime[/yellow]")
+    doc["repaired"] = exclude
+    doc["verified"] = pkg.manifest["verified"]
+    doc["tolerance"] = pkg.manifest["reference"]["tolerance"]
+    doc["files"] = pkg.manifest["files"]
+    return doc
+
+
+def failed_nodes(e) -> dict[str, str]:
+    """{node: why} from a KernelRuntimeError (edgeops.ort names each failed node ``node 'x':``)."""
+    import re
+    return {m.group(1): f"its kernel failed the check at compile time: {m.group(2).strip()}"
+            for m in re.finditer(r"node '([^']+)': (.*?)(?=; \S+ node '|; its outputs were NaN|$)",
+                                 str(e))}
+
+
+def _source(model):
+    if isinstance(model, str) and model == "sample":
+        from edgeops.sample import SAMPLE_MODEL_NAME, build_sample_model
+        return build_sample_model(), SAMPLE_MODEL_NAME
+    if isinstance(model, (str, Path)):
+        return str(model), Path(model).name
+    return model, "<model>"
+
+
+# ---- human output ---------------------------------------------------------------------------
+
+def fmt_s(s) -> str:
+    if s is None:
+        return "-"
+    return f"{s * 1e3:.3f} ms" if s >= 1e-3 else f"{s * 1e6:.1f} us"
+
+
+def print_placement(doc: dict) -> None:
+    from rich.markup import escape
+    from rich.table import Table
+    rows = doc["placement"]
+    t = Table(title=f"placement of {doc['model']} on {doc['board']} ({doc['board_kind']}), "
+                    f"--lower {doc['mode']}")
+    for col, kw in (("node", {}), ("op", {}), ("runs on", {}), ("predicted", {"justify": "right"}),
+                    ("bound", {}), ("reason", {"overflow": "fold"})):
+        t.add_column(col, **kw)
+    for r in rows:
+        where = r["where"] if r["target"] else f"[dim]{r['where']}[/dim]"
+        t.add_row(escape(r["node"]), escape(r["op"]), where, fmt_s(r["latency_s"]),
+                  r["bound"] or "-", escape(r["reason"]))
+    c = console()
+    c.print(t)
+    on = [r for r in rows if r["target"]]
+    line = (f"predicted total [bold]{fmt_s(doc['predicted_latency_s'])}[/bold]: {len(on)} of "
+            f"{len(rows)} nodes on edgeops kernels ({', '.join(doc['used_targets']) or 'none'}), "
+            f"{len(rows) - len(on)} in ONNX Runtime")
+    if doc["unmodelled"]:
+        line += f"; {len(doc['unmodelled'])} node(s) not modelled (not in the total)"
+    c.print(line)
+    for tgt, note in doc["precision"].items():
+        if tgt != "boundary":
+            c.print(f"precision ({tgt}): {note}")
+
+
+def print_written(doc: dict) -> None:
+    c = console()
+    v = doc.get("verified")
+    if v is None:
+        check = "not run here (--no-verify)"
+    else:
+        state = "[green]ok[/green]" if v["ok"] else "[red]ABOVE TOLERANCE[/red]"
+        check = (f"max relative error {v['max_rel']:.2e} vs ONNX Runtime on the original "
+                 f"(tolerance {doc['tolerance']['rel']:.0e}): {state}")
+    c.print(f"package written to [bold]{doc['package']}[/bold]; check: {check}")

@@ -1,0 +1,241 @@
+"""Where each node runs: the bridge's limits, the registry's kernel, the planner's tiling and
+prediction, and the policy (``all``, NPU, or edgeops only where measured/predicted faster than
+ONNX Runtime)."""
+from __future__ import annotations
+
+import inspect
+from types import SimpleNamespace
+
+from edgeops.errors import EdgeOpsError, OpDefinitionError
+from edgeops.lower import Placement
+
+
+def place(n, ctx, fused=()) -> Placement:
+    from edgeops.registry import op_key
+    op = op_key(n.op_type, n.domain)
+    peer = _peer(n, ctx.board)
+
+    def stay(reason, measured=(None, None)):
+        return Placement(n.name, op, None, None, reason, peer, None, peer, fused=tuple(fused),
+                         measured_s=measured[0], measured_peer_s=measured[1])
+    if ctx.mode == "none":
+        return stay("--lower none")
+    if n.name in ctx.exclude:
+        return stay(ctx.exclude[n.name])
+    why = _blocker(n, ctx)
+    if why:
+        return stay(why)
+    k, precision, why = _select(n, ctx)
+    if k is None:
+        return stay(why)
+    tiling, pred, why_plan = _plan(n, k, precision, ctx)
+    lat = pred.latency_s if pred else None
+    sig = _signature(n)
+    p = Placement(n.name, op, k.target, k.name, why, lat, pred.bound if pred else None, peer,
+                  tiling.to_json() if tiling is not None and _accepts_tiling(k, tiling) is True
+                  else None, tiling.describe() if tiling is not None else None, precision,
+                  tuple(fused), sig)
+    if ctx.mode == "all":
+        p.reason = f"--lower all: {why}"
+    elif ctx.board.kind == "npu":
+        p.reason = f"NPU: every supported node is lowered; {why}"
+    else:
+        ours, theirs, src = _compare(n, k, sig, lat, peer, fused, ctx)
+        if src.startswith("measured"):
+            p.measured_s, p.measured_peer_s = ours, theirs
+        if ours is not None and theirs is not None and ours < theirs:
+            p.reason = f"{k.name} {src} faster: {_us(ours)} vs ONNX Runtime {_us(theirs)}"
+            return p
+        q = stay(f"ONNX Runtime {src} faster: {_us(theirs)} vs {k.name} {_us(ours)}"
+                 if ours is not None and theirs is not None else
+                 f"{k.name} has no prediction to compare with ONNX Runtime "
+                 f"({why_plan or 'no peer model'}); the original node stays",
+                 (p.measured_s, p.measured_peer_s))
+        q.signature = sig
+        return q
+    return p
+
+
+def _compare(n, k, sig, lat, peer, fused, ctx):
+    """(edgeops s, ONNX Runtime s, where the figures come from): a measured kernel table wins
+    over the simulator's prediction."""
+    m = ctx.measured.get((k.name, sig))
+    if m is None and ctx.table is not None:
+        m = ctx.table.get(n, k, [ctx.src_nodes[s] for s in fused], f"{k.name}|{sig}")
+    if m is not None:
+        return m[0], m[1], f"measured on {ctx.board.name}"
+    return lat, peer, "predicted"
+
+
+def unfuse(p: Placement, originals, ctx) -> list:
+    """The original nodes of a fused chain that stays off edgeops kernels. Under ``auto`` the
+    chain was judged as a whole (ONNX Runtime fuses parts of it too), so they all stay in ONNX
+    Runtime with the chain's prediction on the first; under ``all`` and on NPUs each is lowered
+    if it can be."""
+    out = []
+    for i, sn in enumerate(sorted(originals, key=lambda x: x.index)):
+        if ctx.mode == "auto" and ctx.board.kind != "npu":
+            q = Placement(sn.name, sn.op_type, None, None, "", p.peer_latency_s if i == 0 else 0.0,
+                          None, p.peer_latency_s if i == 0 else 0.0)
+        else:
+            q = place(sn, ctx)
+        q.reason = f"unfused from {p.op} {p.node!r} ({p.reason})" + (f"; {q.reason}" if q.reason else "")
+        out.append((sn, q))
+    return out
+
+
+def _blocker(n, ctx) -> str | None:
+    """Why a node cannot go through the ONNX Runtime bridge, or None."""
+    from edgeops.ops import EDGEOPS_DOMAIN
+    from edgeops.ort import LOWERABLE_STANDARD_OPS
+    if n.domain not in ("", EDGEOPS_DOMAIN):
+        return f"domain {n.domain!r} is not edgeops'"
+    if n.opdef is None:
+        return f"edgeops has no definition of {n.op_type}"
+    if n.domain == "" and n.op_type not in LOWERABLE_STANDARD_OPS:
+        return (f"{n.op_type} stays in ONNX Runtime (shape/index inputs or a variable number of "
+                f"inputs/outputs, which the custom-op bridge cannot declare)")
+    dts = [d or "?" for x, d in zip(n.inputs, n.input_dtypes) if x]
+    if any(d != "fp32" for d in dts):
+        return f"inputs are {dts}; edgeops kernels take fp32 at the ONNX Runtime boundary"
+    shapes = [s for x, s in zip(n.inputs + n.outputs[:1], n.input_shapes + n.output_shapes[:1]) if x]
+    if not all(s is not None and all(isinstance(d, int) and d > 0 for d in s) for s in shapes):
+        return f"shapes {shapes} are not static and non-empty; pass --shapes"
+    if not n.output_shapes[0]:
+        return "0-d output: the bridge hands back arrays of rank >= 1"
+    used = [o for o in n.outputs[1:] if o and (n.graph.consumers(o) or o in _graph_outputs(n))]
+    if used:
+        return f"its optional output(s) {used} are used; edgeops kernels produce only the first"
+    try:
+        attrs = n.attrs
+    except OpDefinitionError as e:
+        return f"attributes edgeops does not implement: {e}"
+    return _opset_blocker(n, attrs, ctx.opset)
+
+
+def _opset_blocker(n, attrs, opset) -> str | None:
+    """edgeops' op definitions follow the opsets their docstrings name; older semantics that
+    differ and still parse are caught here."""
+    if n.domain:
+        return None
+    if n.op_type == "Softmax" and opset < 13:
+        rank = len(n.input_shapes[0])
+        if n.raw_attrs.get("axis", 1) % rank != rank - 1:   # flatten-to-2-D semantics before 13
+            return (f"Softmax-{opset} over axes [{n.raw_attrs.get('axis', 1)}:] (2-D coercion) "
+                    f"is not lowered")
+    if n.op_type == "BatchNormalization" and attrs.get("training_mode"):
+        return "BatchNormalization in training mode"
+    return None
+
+
+def _select(n, ctx):
+    """(kernel, precision, reason): the registry's choice over ``ctx.targets``; on an NPU a
+    node with no fp32 kernel is offered again as fp16 (the Cube's precision)."""
+    from edgeops.registry import select
+    sel = select(n, SimpleNamespace(targets=ctx.targets))
+    if sel.kernel is not None:
+        npu16 = ctx.board.kind == "npu" and "fp16" in sel.kernel.dtypes
+        return sel.kernel, "fp16" if npu16 else "fp32", sel.reason
+    if ctx.board.kind == "npu":
+        half = select(_AsDtype(n, "fp16"), SimpleNamespace(targets=ctx.targets))
+        if half.kernel is not None:
+            return half.kernel, "fp16", half.reason + " (fp16 compute)"
+    return None, "fp32", sel.reason
+
+
+class _AsDtype:
+    """A node seen with fp32 inputs as another dtype (for kernel predicates and dtypes)."""
+    def __init__(self, node, dtype):
+        self._n, self._dt = node, dtype
+
+    def __getattr__(self, k):
+        return getattr(self._n, k)
+
+    @property
+    def input_dtypes(self):
+        return [self._dt if d == "fp32" else d for d in self._n.input_dtypes]
+
+
+def _plan(n, k, precision, ctx):
+    """(Tiling or None, Prediction or None, why none) for kernel ``k`` on the board."""
+    from edgeops.registry import REFERENCE
+    from edgeops.tiling import Tiling, space_from_node, tune
+    from edgeops.tiling.spaces import Space
+    if not ctx.plan:
+        return None, None, "planning off"
+    if k.target == REFERENCE:
+        return None, None, "reference kernels are not tiled or modelled"
+    sp = space_from_node(n)
+    if isinstance(sp, str):
+        return None, None, sp
+    dt = "fp32" if precision == "fp32" else "fp16"
+    sp = Space(sp.kind, tuple((key, dt if key == "dtype" else v) for key, v in sp.params))
+    try:
+        entry, _ = tune(sp, ctx.board, target=k.target, budget=ctx.budget, cache=ctx.cache)
+    except EdgeOpsError as e:
+        return None, None, str(e)
+    from edgeops.simulator.evaluate import Prediction
+    return Tiling.from_dict(entry["tiling"]), Prediction.from_dict(entry["prediction"]), None
+
+
+def _peer(n, board) -> float | None:
+    """ONNX Runtime's predicted latency for ``n`` (edgeops.simulator.peer); None on NPU boards
+    (ORT runs on the host CPU there, which the board file does not model)."""
+    if board.peer is None:
+        return None
+    from edgeops.simulator.peer import peer_latency
+    try:
+        return float(peer_latency(n, board).latency_s)
+    except EdgeOpsError:
+        return None
+
+
+def _signature(n) -> str:
+    """The op's iteration-space signature (what tuning and measured tables key on), or, for an
+    op without one, its type, input shapes and attributes."""
+    from edgeops.tiling import space_from_node
+    sp = space_from_node(n)
+    if not isinstance(sp, str):
+        return sp.signature
+    return f"{n.op_type}:{n.input_shapes}:{sorted(n.raw_attrs.items())}"
+
+
+def _accepts_tiling(k, tiling) -> bool | str:
+    """Whether the node should carry the planner's tiling for kernel ``k``.
+
+    ADAPTER: a tiling only helps a kernel that reads that decomposition's tile sizes, and a
+    kernel handed one it cannot read fails at run time. A target says which it reads with
+    ``edgeops.targets.<target>.accepts_tiling(kernel_name, tiling) -> True | reason``; none
+    offers the hook yet (neon reads GEMM blockings, not the planner's levels), so until then
+    the tiling is recorded in the placement table (it is what the prediction assumed) and the
+    kernel uses its own blocking."""
+    import sys
+    try:
+        if "tiling" not in inspect.signature(k.fn).parameters:
+            return f"{k.name} takes no tiling"
+    except (TypeError, ValueError):
+        return f"{k.name} takes no tiling"
+    hook = getattr(sys.modules.get(f"edgeops.targets.{k.target}"), "accepts_tiling", None)
+    if hook is None:
+        return f"target {k.target} does not say which tilings its kernels read"
+    return hook(k.name, tiling)
+
+
+def _us(s: float) -> str:
+    return f"{s * 1e6:.1f} us"
+
+
+def _graph_outputs(n) -> set:
+    return {t.name for t in n.graph.outputs}
+
+
+def import_target(t: str) -> None:
+    """Targets register on import; ``edgeops.targets`` imports those that landed. One that is
+    missing or broken simply offers no kernels (its nodes stay in ONNX Runtime)."""
+    import importlib
+    from edgeops.registry import REFERENCE
+    if t != REFERENCE:
+        try:
+            importlib.import_module(f"edgeops.targets.{t}")
+        except ImportError:
+            pass

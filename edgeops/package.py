@@ -1,0 +1,390 @@
+"""Compiled packages: a directory a board can run with ONNX Runtime and edgeops' custom ops.
+
+Layout (format :data:`FORMAT_VERSION`)::
+
+    PKG/model.onnx       the lowered model: ai.edgeops (v1) nodes carry ``kernel`` and ``tiling``
+    PKG/reference.npz    seeded random inputs and ONNX Runtime's outputs on the ORIGINAL model
+    PKG/manifest.json    versions, board, targets, inputs/outputs, placement table, predicted
+                         latency, runtime settings, tolerance, sha256 of every other file
+
+:func:`write` builds the directory beside its destination and renames it into place (a reader
+never sees half a package). :func:`load` refuses, naming the file: a missing or modified file
+(sha256), an unlisted file, a listed name that leaves the package (``../x``, absolute) or a
+symlink that points outside it, a manifest that was edited (it carries its own checksum), a
+format newer than this edgeops reads, and kernel ids this edgeops does not have.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+import numpy as np
+
+from edgeops.errors import PackageError
+
+FORMAT = "edgeops-package"
+FORMAT_VERSION = 1
+MODEL, MANIFEST, REFERENCE = "model.onnx", "manifest.json", "reference.npz"
+OPTIONAL = ("manifest.sig",)        # a detached signature (deploy's --sign) may sit beside it
+FP32_RTOL, FP16_RTOL = 1e-4, 2e-2   # max |error| / max |reference|, per output
+# what the on-board runtime does when a kernel misbehaves (edgeops run reports kernel errors)
+FALLBACK = {"kernel_error": "reference", "unknown_kernel": "refuse",
+            "nodes_without_kernel": "onnxruntime", "nan_guard": False}
+
+
+@dataclass
+class Package:
+    path: Path
+    manifest: dict
+
+    @property
+    def model_path(self) -> Path:
+        return self.path / MODEL
+
+    def model(self):
+        import onnx
+        return onnx.load(str(self.model_path))
+
+    def reference(self) -> tuple[dict, dict]:
+        """(inputs, outputs) by tensor name."""
+        ref = self.manifest["reference"]
+        with np.load(self.path / REFERENCE) as z:
+            return ({n: z[k] for k, n in ref["inputs"].items()},
+                    {n: z[k] for k, n in ref["outputs"].items()})
+
+    @property
+    def tolerance(self) -> float:
+        return float(self.manifest["reference"]["tolerance"]["rel"])
+
+    def session(self, threads: int | None = None):
+        """An ONNX Runtime session with edgeops' ops registered (every lowered node names its
+        kernel, so no default target is involved)."""
+        from edgeops.ort import session
+        t = threads if threads is not None else self.manifest["runtime"]["threads"]
+        return session(self.model_path, target="reference", threads=t)
+
+
+# ---- running and comparing -----------------------------------------------------------------
+
+def random_inputs(model, seed: int = 0) -> dict[str, np.ndarray]:
+    """Seeded inputs for every graph input of ``model`` (static shapes): N(0, 1) floats, small
+    non-negative integers (they are often indices), random booleans."""
+    from onnx import helper
+    rng = np.random.default_rng(seed)
+    inits = {t.name for t in model.graph.initializer}
+    feeds = {}
+    for i in model.graph.input:
+        if i.name in inits:
+            continue
+        tt = i.type.tensor_type
+        shape = [d.dim_value for d in tt.shape.dim]
+        if any(d <= 0 for d in shape):
+            raise PackageError(f"input {i.name!r} has shape {shape}; pass --shapes to fix it")
+        dt = np.dtype(helper.tensor_dtype_to_np_dtype(tt.elem_type))
+        if dt.kind == "f":
+            feeds[i.name] = rng.standard_normal(shape).astype(dt)
+        elif dt.kind == "b":
+            feeds[i.name] = rng.random(shape) < 0.5
+        else:
+            feeds[i.name] = rng.integers(0, 4, shape).astype(dt)
+    return feeds
+
+
+def ort_outputs(model, feeds: dict) -> dict[str, np.ndarray]:
+    """ONNX Runtime (default graph optimisations, CPU) on a standard ONNX model."""
+    import onnxruntime as ort
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    names = [o.name for o in sess.get_outputs()]
+    return dict(zip(names, sess.run(names, feeds)))
+
+
+def compare(got: dict, want: dict) -> dict[str, dict]:
+    """Per output: max abs error and max abs error / max |want| (relative to the output's
+    scale, not per element: elementwise ratios explode where the reference crosses zero)."""
+    out = {}
+    for name, w in want.items():
+        g = got.get(name)
+        if g is None or np.shape(g) != np.shape(w):
+            out[name] = {"max_abs": float("inf"), "max_rel": float("inf"),
+                         "error": f"shape {None if g is None else np.shape(g)} vs {np.shape(w)}"}
+            continue
+        g64, w64 = np.asarray(g, np.float64), np.asarray(w, np.float64)
+        err = float(np.max(np.abs(g64 - w64))) if w64.size else 0.0
+        if not np.isfinite(g64).all() and np.isfinite(w64).all():
+            err = float("inf")
+        scale = float(np.max(np.abs(w64))) if w64.size else 0.0
+        out[name] = {"max_abs": err, "max_rel": err / scale if scale > 0 else err}
+    return out
+
+
+def timed_runs(sess, feeds: dict, runs: int = 5) -> tuple[dict, list[float]]:
+    """Outputs of the first run and the wall time of each of ``runs`` runs (after one warm-up,
+    which is also where Numba compiles or loads its cache)."""
+    names = [o.name for o in sess.get_outputs()]
+    outs = dict(zip(names, sess.run(names, feeds)))
+    times = []
+    for _ in range(max(1, runs)):
+        t0 = time.perf_counter()
+        sess.run(names, feeds)
+        times.append(time.perf_counter() - t0)
+    return outs, times
+
+
+# ---- writing -------------------------------------------------------------------------------
+
+def write(lowering, out, *, force: bool = False, seed: int = 0, verify: bool = True,
+          threads: int | None = None, source: str | None = None) -> Package:
+    """Write the package of ``lowering`` (an ``edgeops.lower.Lowering``) to directory ``out``.
+
+    Reference outputs come from ONNX Runtime on the original model with seeded random inputs.
+    ``verify``: also run the lowered model here and record its error (a kernel that fails
+    raises before anything is written). ``force``: replace an existing package (never a
+    directory that is not one)."""
+    from edgeops import __version__
+    out = Path(out)
+    _check_destination(out, force)
+    src, model = lowering.source, lowering.model
+    feeds = random_inputs(src, seed)
+    expected = ort_outputs(src, feeds)
+    fp16 = any(p.precision == "fp16" for p in lowering.lowered)
+    rtol = FP16_RTOL if fp16 else FP32_RTOL
+    verified = None
+    if verify:
+        from edgeops.ort import session
+        got = session(model, target="reference", threads=threads).run(None, feeds)
+        names = [o.name for o in model.graph.output]
+        errs = compare(dict(zip(names, got)), expected)
+        worst = max((e["max_rel"] for e in errs.values()), default=0.0)
+        verified = {"outputs": errs, "max_rel": worst, "ok": worst <= rtol}
+    blobs = {MODEL: _serialise(model), REFERENCE: _npz(feeds, expected)}
+    doc = _manifest(lowering, feeds, expected, blobs, seed, rtol, verified, threads, source,
+                    __version__)
+    _install(out, blobs, doc)
+    return load(out, check_kernels=False)
+
+
+def _check_destination(out: Path, force: bool) -> None:
+    if not (out.exists() or out.is_symlink()):
+        return
+    if not force:
+        raise PackageError(f"{out} already exists; edgeops will not overwrite it (use --force "
+                           f"to replace a package, or choose another path)")
+    if not out.is_dir() or out.is_symlink() or not (
+            (out / MANIFEST).is_file() or not any(out.iterdir())):
+        raise PackageError(f"{out} exists and is not an edgeops package; --force only replaces "
+                           f"a package (or an empty directory)")
+
+
+def _serialise(model) -> bytes:
+    try:
+        return model.SerializeToString()
+    except ValueError as e:   # protobuf's 2 GB limit
+        raise PackageError(f"the lowered model cannot be serialised in one file ({e}); models "
+                           f"over 2 GB are not packaged yet") from None
+
+
+def _npz(feeds: dict, expected: dict) -> bytes:
+    import io
+    buf = io.BytesIO()
+    arrays = {f"input_{i}": v for i, v in enumerate(feeds.values())}
+    arrays.update({f"output_{i}": v for i, v in enumerate(expected.values())})
+    np.savez_compressed(buf, **arrays)
+    return buf.getvalue()
+
+
+def _io(model) -> tuple[list, list]:
+    from onnx import helper
+    inits = {t.name for t in model.graph.initializer}
+
+    def spec(vi):
+        tt = vi.type.tensor_type
+        from edgeops.dtypes import to_short
+        dt = np.dtype(helper.tensor_dtype_to_np_dtype(tt.elem_type))
+        return {"name": vi.name, "dtype": to_short(dt),
+                "shape": [d.dim_value if d.HasField("dim_value") else d.dim_param
+                          for d in tt.shape.dim]}
+    return ([spec(i) for i in model.graph.input if i.name not in inits],
+            [spec(o) for o in model.graph.output])
+
+
+def _manifest(lowering, feeds, expected, blobs, seed, rtol, verified, threads, source, version):
+    import onnxruntime
+    lw = lowering.to_dict()
+    ins, outs = _io(lowering.model)
+    ort_rows = any(p.target is None for p in lowering.placements)
+    doc = {
+        "format": FORMAT, "format_version": FORMAT_VERSION, "edgeops_version": version,
+        "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "source": {"name": source, "sha256": hashlib.sha256(
+            lowering.source.SerializeToString(deterministic=True)).hexdigest()},
+        "board": {"name": lowering.board.name, "kind": lowering.board.kind,
+                  "file_sha256": getattr(lowering.board, "file_sha256", "")},
+        "targets": lw["used_targets"] + (["onnxruntime"] if ort_rows else []),
+        "kernels": sorted({p.kernel for p in lowering.lowered}),
+        "lowering": {k: lw[k] for k in ("mode", "targets", "precision")}
+        | {"passes": {k: lw["passes"].get(k) for k in ("nodes_before", "nodes_after")}},
+        "inputs": ins, "outputs": outs,
+        "placement": lw["placement"],
+        "predicted": {"latency_s": lw["predicted_latency_s"], "unmodelled": lw["unmodelled"],
+                      "how": "sum of per-node predictions: the edgeops kernel's simulated "
+                             "latency, or ONNX Runtime's (edgeops.simulator.peer); no overlap"},
+        "runtime": {"threads": threads, "execution_mode": "sequential",
+                    "ort_allow_spinning": False, "omp_wait_policy": "PASSIVE",
+                    "onnxruntime_compiled_with": onnxruntime.__version__,
+                    "needs": "Python with edgeops in the ONNX Runtime process",
+                    "fallback": dict(FALLBACK)},
+        "reference": {"file": REFERENCE, "seed": seed,
+                      "computed_by": f"onnxruntime {onnxruntime.__version__} on the original model",
+                      "inputs": {f"input_{i}": n for i, n in enumerate(feeds)},
+                      "outputs": {f"output_{i}": n for i, n in enumerate(expected)},
+                      "tolerance": {"rel": rtol, "of": "max |error| / max |reference| per output",
+                                    "why": "fp16 Cube kernels" if rtol == FP16_RTOL
+                                    else "fp32 kernels"}},
+        "verified": verified,
+        "files": {name: {"sha256": hashlib.sha256(b).hexdigest(), "bytes": len(b)}
+                  for name, b in sorted(blobs.items())},
+    }
+    return json.loads(json.dumps(doc, default=_jsonable))   # plain JSON types before the checksum
+
+
+def _jsonable(o):
+    if isinstance(o, (np.floating, np.integer)):
+        return o.item()
+    if isinstance(o, float):
+        return o
+    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+
+
+def _canonical(doc: dict) -> bytes:
+    return (json.dumps(doc, indent=1, sort_keys=True, allow_nan=True) + "\n").encode()
+
+
+def _install(out: Path, blobs: dict, doc: dict) -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o777 & ~umask)    # mkdtemp makes it private; a package is an ordinary dir
+    try:
+        doc["manifest_sha256"] = hashlib.sha256(_canonical(doc)).hexdigest()
+        for name, data in [*blobs.items(), (MANIFEST, _canonical(doc))]:
+            with open(tmp / name, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+        old = None
+        if out.exists():
+            old = out.with_name(f".{out.name}.old-{os.getpid()}")
+            os.rename(out, old)
+        os.rename(tmp, out)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+# ---- loading -------------------------------------------------------------------------------
+
+def load(path, *, check_kernels: bool = True) -> Package:
+    """Open a package after checking it; :class:`PackageError` names the file at fault."""
+    root = Path(path)
+    if not root.is_dir():
+        raise PackageError(f"{root} is not a package directory")
+    root = root.resolve()
+    mpath = root / MANIFEST
+    if not mpath.is_file():
+        raise PackageError(f"{root} has no {MANIFEST}: not an edgeops package")
+    _inside(root, mpath, MANIFEST)
+    doc = _read_manifest(mpath)
+    files = doc.get("files")
+    if not isinstance(files, dict) or MODEL not in files or REFERENCE not in files:
+        raise PackageError(f"{MANIFEST} does not list {MODEL} and {REFERENCE}")
+    for name, meta in files.items():
+        p = root / _safe(name)
+        if not p.is_file():
+            raise PackageError(f"{name} is missing from the package {root}")
+        _inside(root, p, name)
+        data = p.read_bytes()
+        if len(data) != meta.get("bytes") or hashlib.sha256(data).hexdigest() != meta.get("sha256"):
+            raise PackageError(f"{name} does not match its sha256 in {MANIFEST}: the package is "
+                               f"corrupted or was modified; compile it again")
+    _no_strays(root, set(files) | {MANIFEST, *OPTIONAL})
+    if check_kernels:
+        _check_kernels(doc)
+    return Package(root, doc)
+
+
+def _read_manifest(mpath: Path) -> dict:
+    raw = mpath.read_bytes()
+    try:
+        doc = json.loads(raw)
+    except ValueError as e:
+        raise PackageError(f"{MANIFEST} is corrupted (not JSON: {e})") from None
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        raise PackageError(f"{MANIFEST} is not an edgeops package manifest")
+    body = {k: v for k, v in doc.items() if k != "manifest_sha256"}
+    if doc.get("manifest_sha256") != hashlib.sha256(_canonical(body)).hexdigest() \
+            or _canonical(doc) != raw:
+        raise PackageError(f"{MANIFEST} was modified after packaging (its checksum does not "
+                           f"match); compile the package again")
+    v = doc.get("format_version")
+    if v != FORMAT_VERSION:
+        raise PackageError(f"{MANIFEST}: package format {v} (edgeops {doc.get('edgeops_version')})"
+                           f" is not the format {FORMAT_VERSION} this edgeops reads; compile it "
+                           f"with this edgeops or install the one that made it")
+    return doc
+
+
+def _safe(name: str) -> str:
+    p = PurePosixPath(name)
+    if (not name or "\\" in name or "\0" in name or p.is_absolute()
+            or any(part in ("..", "") for part in name.split("/"))):
+        raise PackageError(f"{MANIFEST} lists {name!r}, a path that leaves the package; refused")
+    return name
+
+
+def _inside(root: Path, p: Path, name: str) -> None:
+    if p.is_symlink() and not p.resolve().is_relative_to(root):
+        raise PackageError(f"{name} is a symlink to {os.readlink(p)}, outside the package; refused")
+
+
+def _no_strays(root: Path, allowed: set) -> None:
+    for dirpath, dirs, fnames in os.walk(root):
+        for d in dirs:
+            _inside(root, Path(dirpath) / d, os.path.relpath(Path(dirpath) / d, root))
+        for f in fnames:
+            rel = Path(os.path.relpath(Path(dirpath) / f, root)).as_posix()
+            _inside(root, root / rel, rel)
+            if rel not in allowed:
+                raise PackageError(f"{rel} is in the package but not in its {MANIFEST}: the "
+                                   f"package was modified; refused")
+
+
+def _check_kernels(doc: dict) -> None:
+    import importlib
+    from edgeops.errors import EdgeOpsError
+    from edgeops.registry import kernel_by_name, load_targets
+    load_targets()
+    for t in doc.get("targets", []):
+        if t not in ("onnxruntime", "reference"):
+            try:
+                importlib.import_module(f"edgeops.targets.{t}")
+            except ImportError:
+                pass     # reported below as missing kernels
+    missing = []
+    for k in doc.get("kernels", []):
+        try:
+            kernel_by_name(k)
+        except EdgeOpsError:
+            missing.append(k)
+    if missing:
+        raise PackageError(f"{MANIFEST}: kernels {missing} are not in this edgeops "
+                           f"({__import__('edgeops').__version__}); the package was compiled by "
+                           f"edgeops {doc.get('edgeops_version')}: install that or compile again")
