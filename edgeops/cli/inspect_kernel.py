@@ -1,6 +1,7 @@
-"""``edgeops inspect-kernel NAME [--target cuda] [--ptx] [--variant V] [--json]``: what a
-registered kernel is (op, target, dtypes, priority, doc) and, for cuda kernels with ``--ptx``, the
-Jetson PTX (sm_87) of each compiled variant. :func:`inspect_kernel` gives the ``--json`` document.
+"""``edgeops inspect-kernel NAME [--target T] [--ptx | --asm] [--variant V] [--json]``: what a
+registered kernel is (op, target, dtypes, priority, doc); for cuda kernels ``--ptx`` gives the
+Jetson PTX (sm_87) of each compiled variant, for neon kernels ``--asm`` the aarch64 Cortex-A76
+assembly of its hot loop with the NEON instructions counted. :func:`inspect_kernel` gives the ``--json`` document.
 """
 from __future__ import annotations
 
@@ -15,13 +16,14 @@ def add(sub):
     p.add_argument("name", help="kernel name, e.g. cuda.gemm_tiled (see `edgeops ops`)")
     p.add_argument("--target", default=None, help="check the kernel belongs to this target")
     p.add_argument("--ptx", action="store_true", help="cuda: print PTX for sm_87 (compile_ptx)")
+    p.add_argument("--asm", action="store_true", help="neon: aarch64 (cortex-a76) assembly")
     p.add_argument("--variant", default=None, help="only this tile configuration, e.g. t32")
     p.add_argument("--json", action="store_true", help="one JSON document on stdout")
     p.set_defaults(func=run)
 
 
 def inspect_kernel(name: str, target: str | None = None, ptx: bool = False,
-                   variant: str | None = None) -> dict:
+                   variant: str | None = None, asm: bool = False) -> dict:
     from edgeops.registry import kernel_by_name
     k = kernel_by_name(name)
     if target is not None and k.target != target:
@@ -38,11 +40,18 @@ def inspect_kernel(name: str, target: str | None = None, ptx: bool = False,
             raise EdgeOpsError(why)
         doc["ptx"] = [{"variant": p.variant, "target": p.target, "version": p.version,
                        "text": p.text} for p in P.compile_kernel(name, variant)]
+    if asm:
+        if k.target != "neon":
+            raise EdgeOpsError(f"--asm is for neon kernels; {name!r} is a {k.target} kernel")
+        from edgeops.targets.neon.asm import neon_report
+        rep = neon_report(name)
+        doc["asm"] = {"triple": "aarch64-unknown-linux-gnu", "cpu": "cortex-a76",
+                      "counts": rep.counts, "text": rep.asm}
     return doc
 
 
 def run(args) -> int:
-    doc = inspect_kernel(args.name, args.target, args.ptx, args.variant)
+    doc = inspect_kernel(args.name, args.target, args.ptx, args.variant, args.asm)
     if args.json:
         print_json(doc)
         return 0
@@ -52,4 +61,8 @@ def run(args) -> int:
         print(f"// ---- {doc['name']} [{p['variant']}]  .target {p['target']}  "
               f".version {p['version']}")
         print(p["text"])
+    if "asm" in doc:
+        counts = ", ".join(f"{k} x{v}" for k, v in doc["asm"]["counts"].items())
+        print(f"// ---- {doc['name']}  aarch64 cortex-a76: {counts}")
+        print(doc["asm"]["text"])
     return 0
