@@ -122,7 +122,7 @@ def evaluate_nest(hw, levels, nest: Nest, cand: Candidates, *, dtype: str, view=
     frac, active = split_share(ev, cand.parts)
     compute, flops, hz = {}, {}, {}
     if mac_unit:
-        u = hw.unit(mac_unit)
+        u = hw.unit(mac_unit, dtype)
         flops[u.name] = macs * mac_flops
         compute[u.name] = (flops[u.name], u.flops_per_cycle(dtype), u.hz, steps)
         hz[u.name] = u.hz

@@ -41,6 +41,7 @@ INPLACE_OPS = {"Relu", "Sigmoid", "Tanh", "Gelu", "Erf", "Clip", "LeakyRelu", "H
                "Max", "Min", "BatchNormalization", "Cast", "Softplus", "Elu", "Selu", "Reciprocal",
                "QuantizeLinear", "DequantizeLinear"}
 MODELS = ("tiled", "stream", "view")
+COPY_TRACK = "copy host<->device"
 _RATE_DTYPES = ("fp32", "fp16", "int8")
 
 
@@ -62,6 +63,8 @@ class NodeCost:
     dtype: str | None = None
     note: str = ""
     cached: bool = False
+    copy_s: float = 0.0         # host<->device copies included in latency_s (Jetson bridge)
+    copy_bytes: int = 0
 
 
 def tiled_cost(pred: Prediction, *, launches: int = 1, **info) -> NodeCost:
@@ -86,6 +89,34 @@ def stream_cost(hw, name: str, in_bytes: int, out_bytes: int, dtype: str | None,
     off = sum(v for k, v in r.hop_bytes.items() if hw.offchip.name in k.split("->"))
     return NodeCost("stream", r.latency_s, int(off), bound, 1, 0, busy, dict(r.hop_bytes),
                     dtype=dtype, note=note or "memory-bound estimate: bytes at the off-chip bandwidth")
+
+
+def copies_apply(board, hw) -> bool:
+    """Whether nodes on ``hw`` pay host<->device copies: the cuda target of a gpu-kind board,
+    where the ai.edgeops ops run through the ONNX Runtime Python bridge, which hands host arrays
+    (see :func:`edgeops.simulator.gpu.gemm_call`)."""
+    return (hw.target == "cuda" and getattr(board, "kind", None) == "gpu"
+            and getattr(board, "gpu", None) is not None
+            and board.gpu.host_device_bandwidth_bytes_per_s > 0)
+
+
+def node_copy_bytes(node, cast: dict | None = None) -> int:
+    """Bytes a bridge call of ``node`` copies: every input (weights too: the bridge hands them as
+    host arrays) host->device, every output device->host."""
+    ins = sum(tensor_bytes(t, cast) for t in node.input_tensors if t is not None)
+    return ins + sum(tensor_bytes(t, cast) for t in node.output_tensors if t is not None)
+
+
+def with_copies(c: NodeCost, nbytes: int, bandwidth: float) -> NodeCost:
+    """``c`` with ``nbytes`` of host<->device copies at ``bandwidth`` added to its latency (and
+    a ``copy host<->device`` busy track); ``copy_s``/``copy_bytes`` record them."""
+    from dataclasses import replace
+    cs = nbytes / bandwidth if nbytes > 0 else 0.0
+    busy = dict(c.busy_s)
+    if cs > 0:
+        busy[COPY_TRACK] = busy.get(COPY_TRACK, 0.0) + cs
+    return replace(c, latency_s=c.latency_s + cs, busy_s=busy, copy_s=c.copy_s + cs,
+                   copy_bytes=c.copy_bytes + int(nbytes))
 
 
 def view_cost(note: str) -> NodeCost:
@@ -197,6 +228,8 @@ class GraphSim:
              "total_latency_s": self.total_latency_s, "offchip_bytes": self.offchip_bytes,
              "launches": self.launches, "launch_s": float(sum(r["launch_s"] for r in self.rows)),
              "flops": int(sum(r["flops"] for r in self.rows)),
+             "copy_s": float(sum(r.get("copy_s", 0.0) for r in self.rows)),
+             "copy_bytes": int(sum(r.get("copy_bytes", 0) for r in self.rows)),
              "peak_memory_bytes": self.peak_memory_bytes,
              "arena_bytes": self.memory.arena_bytes if self.memory else 0,
              "peak_memory_node": (self.rows[self.memory.peak_step]["node"]
@@ -214,7 +247,8 @@ def _row(name: str, op: str, c: NodeCost, start: float, launch_s: float) -> dict
             "dtype": c.dtype, "offchip_bytes": int(c.offchip_bytes), "latency_s": float(c.latency_s),
             "bound": c.bound, "launches": int(c.launches), "launch_s": launch_s * c.launches,
             "flops": int(c.flops), "start_s": start, "end_s": start + c.latency_s,
-            "busy_s": dict(c.busy_s), "bytes": dict(c.bytes), "note": c.note, "cached": c.cached}
+            "busy_s": dict(c.busy_s), "bytes": dict(c.bytes), "note": c.note, "cached": c.cached,
+            "copy_s": float(c.copy_s), "copy_bytes": int(c.copy_bytes)}
 
 
 def op_name(node) -> str:
@@ -223,20 +257,26 @@ def op_name(node) -> str:
 
 def simulate_graph(graph, board, costs: dict[str, NodeCost], *, target: str | None = None,
                    cast: dict | None = None, peer: bool = True, inplace: bool = True,
-                   title: str | None = None) -> GraphSim:
+                   title: str | None = None, copies: bool = True) -> GraphSim:
     """Simulate ``graph`` on ``board``: ``costs`` gives the tiled nodes (node name ->
     :class:`NodeCost`); every other node gets :func:`untiled_cost`. ``cast`` maps the model's
     dtypes to the ones the board runs (sizes of stream nodes and of activations follow it).
-    ``peer``: add ONNX Runtime's predicted latency per node (CPU/GPU boards)."""
+    ``peer``: add ONNX Runtime's predicted latency per node (CPU/GPU boards). ``copies``: on the
+    cuda target of a gpu-kind board (:func:`copies_apply`) every node with a kernel also pays
+    (input + output bytes) / ``[gpu] host_device_bandwidth_bytes_per_s`` of host<->device copies
+    (the row's ``copy_s``, included in its ``latency_s``)."""
     from edgeops import boards
     from edgeops.simulator.hardware import from_board
     board = boards.load(board)
     hw = from_board(board, target)
     cast = dict(cast or {})
+    copy_bw = board.gpu.host_device_bandwidth_bytes_per_s if copies and copies_apply(board, hw) else 0.0
     rows, t = [], 0.0
     all_costs: dict[str, NodeCost] = {}
     for n in graph.nodes:
         c = costs.get(n.name) or untiled_cost(n, hw, cast)
+        if copy_bw and c.model != "view":
+            c = with_copies(c, node_copy_bytes(n, cast), copy_bw)
         all_costs[n.name] = c
         rows.append(_row(n.name, op_name(n), c, t, hw.launch_s))
         t += c.latency_s

@@ -104,6 +104,9 @@ class HardwareModel:
     separated: bool = False      # Ascend AIC/AIV split: a Cube result reaches Vector via GM
     lane_bytes: int = 16
     reg_home: str = ""           # memory the register file exchanges data with
+    # other units that can run the matrix profile (GPU: CUDA cores beside the tensor cores);
+    # ``unit("matrix", dtype)`` picks the fastest of these and ``matrix_unit`` with a rate
+    matrix_alts: tuple[UnitModel, ...] = ()
 
     # ---- lookups --------------------------------------------------------------------------
     @property
@@ -130,8 +133,24 @@ class HardwareModel:
                          for lv in base)
         return base
 
-    def unit(self, profile: str) -> UnitModel:
-        return self.matrix_unit if profile == "matrix" else self.vector_unit
+    def unit(self, profile: str, dtype: str | None = None) -> UnitModel:
+        """The unit that runs ``profile``; for the matrix profile and a ``dtype``, the fastest
+        of ``matrix_unit`` and ``matrix_alts`` that has a rate for it (Jetson: tensor cores for
+        fp16/int8, CUDA cores for fp32). Without a unit for ``dtype``: ``matrix_unit`` (whose
+        ``flops_per_cycle`` then raises the BoardError naming what it has)."""
+        if profile != "matrix":
+            return self.vector_unit
+        if dtype is None or not self.matrix_alts:
+            return self.matrix_unit
+        best, peak = self.matrix_unit, 0.0
+        for u in (self.matrix_unit,) + self.matrix_alts:
+            try:
+                r = u.flops_per_cycle(dtype) * u.hz * u.cores
+            except BoardError:
+                continue
+            if r > peak:
+                best, peak = u, r
+        return best
 
     def route(self, src: str, dst: str) -> tuple[Link, ...]:
         """Hops from ``src`` to ``dst``. The register file is not a board memory: loads into it
@@ -342,7 +361,8 @@ def _build(board, target: str) -> HardwareModel:
         smem_cap = Memory(smem.name, min(smem.size_bytes, g.shared_memory_per_block_bytes),
                           smem.alignment_bytes)
         mems = (mem(off, 1), smem_cap, Memory("reg", regs, 4))
+        alts = (cc,) if cc.name != tc.name else ()
         return HardwareModel(board, target, "gpu", mems, matrix, vector, tc, cc,
-                             board.launch_overhead_s, reg_home=chain[1])
+                             board.launch_overhead_s, reg_home=chain[1], matrix_alts=alts)
     raise BoardError(f"no hardware model for target {target!r} (known: ascend, neon, cuda, or a "
                      f"board with a single on-chip memory)")

@@ -39,7 +39,7 @@ def roofs(board, dtype: str = "fp16", target: str | None = None) -> tuple[float,
     from edgeops.simulator.hardware import from_board
     hw = from_board(board, target)
     peak, name = 0.0, hw.matrix_unit.name
-    for u in (hw.matrix_unit, hw.vector_unit):
+    for u in (hw.matrix_unit, *hw.matrix_alts, hw.vector_unit):
         try:
             r = u.flops_per_cycle(dtype) * u.hz * u.cores
         except BoardError:

@@ -45,7 +45,7 @@ def board_cast(board, target: str | None = None) -> dict[str, str]:
     """Dtype map of what ``board`` runs an fp32 model in: {} or {"fp32": "fp16"}."""
     hw = hardware(board, target)
     try:
-        hw.matrix_unit.flops_per_cycle("fp32")
+        hw.unit("matrix", "fp32").flops_per_cycle("fp32")
         return {}
     except BoardError:
         return {"fp32": "fp16"}

@@ -95,7 +95,7 @@ def _check_split(p, t: Tiling) -> None:
     cores = p.cores
     if t.cores > cores:
         raise TilingError(f"tiling.split uses {t.cores} cores ({dict(t.split)}) but "
-                          f"{p.hw.unit(p.profile).name} runs on {cores}")
+                          f"{p.hw.unit(p.profile, p.dtype).name} runs on {cores}")
 
 
 def legal_mask(p, b: Batch, ev=None) -> np.ndarray:

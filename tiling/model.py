@@ -87,7 +87,8 @@ def prediction(p, scores: Scores, i: int) -> Prediction:
             hz = p.hw.vector_unit.hz
             cycles[u] = cycles.get(u, 0.0) + busy * hz
     for u, c in cycles.items():
-        hz = p.hw.matrix_unit.hz if u == p.hw.matrix_unit.name else p.hw.vector_unit.hz
+        hz = next((x.hz for x in (p.hw.matrix_unit,) + p.hw.matrix_alts if x.name == u),
+                  p.hw.vector_unit.hz)
         util[u] = c / hz / lat if lat > 0 else 0.0
     return Prediction(hops, int(scores.offchip_bytes[i]), cycles, lat, util, base.bound,
                       p.space.flops, stages)

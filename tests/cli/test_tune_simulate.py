@@ -182,3 +182,26 @@ def test_emulate_hook(capsys):
     d = run_json(capsys, ["simulate", "--op", "gemm:M=32,N=32,K=32,dtype=fp16", "--board",
                           "ascend-910b", "--emulate", "--json"])
     assert "emulated" in d and d["emulated"]["emulated"]["offchip_bytes"] > 0
+
+
+def test_tune_fp32_gemm_on_jetson_uses_cuda_cores(capsys):
+    """fp32 has no tensor-core rate: the search costs the GEMM on the CUDA cores (board figures
+    read from the TOML here); fp16 stays on the tensor cores."""
+    import tomllib
+    from pathlib import Path
+    b = tomllib.loads((Path(__file__).parents[2] / "boards" / "jetson-orin-nano.toml").read_text())
+    sms = next(c["count"] for c in b["core"] if c["name"] == "sm")
+    unit = {u["name"]: u for u in b["unit"]}
+    flops = 2 * 512 ** 3
+    for dtype, name in (("fp32", "cuda_core"), ("fp16", "tensor_core")):
+        d = run_json(capsys, ["tune", "--op", f"gemm:M=512,N=512,K=512,dtype={dtype}",
+                              "--board", "jetson-orin-nano", "--json"])
+        cyc = d["best"]["cycles"]
+        assert set(cyc) == {name}
+        per_sm = unit[name]["per_core"] * unit[name]["flops_per_cycle"][dtype]
+        ideal = flops / sms / per_sm            # every SM busy, no padding
+        assert cyc[name] >= ideal * (1 - 1e-9)
+        assert d["best"]["latency_s"] >= ideal / b["clock"]["hz"] * (1 - 1e-9)
+        if dtype == "fp16":   # faster than the CUDA cores could ever be
+            cc = unit["cuda_core"]["per_core"] * unit["cuda_core"]["flops_per_cycle"]["fp16"]
+            assert cyc[name] < flops / sms / cc
