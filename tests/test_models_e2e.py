@@ -198,9 +198,7 @@ def test_auto_on_a_cpu_board_matches_too(tmp_path, rng):
 
 LIGHT_DEFAULT = [("squeezenet", "rpi5")]
 # target bugs these models expose (strict: fixing one turns it into a failure, remove it then)
-KNOWN = {("inception_v1", "ascend-910b"): "ascend AveragePool ignores the end pads of "
-         "pads=[0,0,1,1] ('the 7x7 window does not fit the padded 6x6 input'); edgeops compile "
-         "moves such a node to ONNX Runtime"}
+KNOWN: dict = {}
 LIGHT_FULL = [(n, b) for n in ("squeezenet", "shufflenet", "resnet50", "inception_v1",
                                "inception_v2", "densenet121", "bvlc_alexnet", "zfnet512", "vgg19")
               for b in BOARDS if (n, b) not in LIGHT_DEFAULT]

@@ -167,7 +167,7 @@ def lower(model, board, *, mode: str = "auto", targets=None, shapes=None, plan: 
             chosen += unfuse(p, [src_nodes[s] for s in p.fused], ctx)
         else:
             chosen.append((n, p))
-    out, extra = build(chosen, fused.model, src, ctx.opset)
+    out, extra = build(chosen, fused.model, src, ctx.opset, board.name)
     rows = [p for _n, p in chosen if p is not None] + [place(n, ctx) for n in extra]
     return Lowering(board, mode, targets, rows, out, src.model,
                     report.as_dict() if report else {})

@@ -44,7 +44,7 @@ def provenance(report) -> dict[str, tuple[str, ...]]:
     return out
 
 
-def build(chosen, fused_model, src, opset):
+def build(chosen, fused_model, src, opset, board=None):
     """The lowered ModelProto from [(graph node, placement)], and the source nodes it had to take
     back (producers of tensors an unfused chain reads that the passes had removed)."""
     from edgeops.ops import EDGEOPS_DOMAIN
@@ -55,7 +55,7 @@ def build(chosen, fused_model, src, opset):
         proto = onnx.NodeProto()
         proto.CopyFrom(n.graph.model.graph.node[n.proto_index])   # unfused ones: from the source
         if p is not None and p.target:
-            lowered(proto, n, p, opset)
+            lowered(proto, n, p, opset, board)
         nodes.append(proto)
     inits = {t.name for t in g.initializer}
     src_inits = {t.name: t for t in src.model.graph.initializer}
@@ -99,7 +99,7 @@ def build(chosen, fused_model, src, opset):
     return m, [n for n in extra if n.op_type not in ("Constant", "ConstantOfShape")]
 
 
-def lowered(proto, n, p, opset) -> None:
+def lowered(proto, n, p, opset, board=None) -> None:
     from edgeops.ops import EDGEOPS_DOMAIN
     proto.domain = EDGEOPS_DOMAIN
     if n.op_type == "Softmax" and not n.domain and opset < 13:   # its default axis was 1
@@ -113,6 +113,8 @@ def lowered(proto, n, p, opset) -> None:
         v = getattr(p, a)
         if v:
             _set_attr(proto, a, v)
+    if board:       # the board the node was lowered for: kernels that take ``board=`` get it
+        _set_attr(proto, "board", board)
 
 
 def _set_attr(proto, name, value) -> None:

@@ -155,12 +155,13 @@ def prepare(model, target: str | None = None, *, session_options=None):
             resolve(raw[DISPATCH_ATTR])
             continue
         kernel, tiling = raw.pop("kernel", None), raw.pop("tiling", None)
+        board = raw.pop("board", None)
         if not od.min_inputs <= len(n.input) <= od.max_inputs:
             raise OrtIntegrationError(f"node {where!r}: {od.qualname()} takes {od.min_inputs}.."
                                       f"{od.max_inputs} inputs, got {len(n.input)}")
         present = [bool(x) for x in n.input] + [False] * (od.max_inputs - len(n.input))
         attrs = od.parse_attrs(raw, where)
-        spec = make_spec(od, where, target, kernel, tiling, attrs, present)
+        spec = make_spec(od, where, target, kernel, tiling, attrs, present, board)
         resolve(spec)    # every check now, before ONNX Runtime holds the node
         if not all(present):
             if placeholder is None:

@@ -1,8 +1,9 @@
 """Per-node dispatch of ai.edgeops ops: the ``edgeops_dispatch`` attribute that
 :func:`edgeops.ort.prepare` writes (JSON: op, node name, target, optional kernel id and tiling,
-attributes, which inputs are present), parsed once per distinct string and cached, then the
-kernel chosen from it: the named kernel, else the highest-priority kernel of the target that
-accepts the inputs, else the ``reference`` kernel."""
+attributes, which inputs are present, optional board), parsed once per distinct string and
+cached, then the kernel chosen from it: the named kernel, else the highest-priority kernel of the
+target that accepts the inputs, else the ``reference`` kernel. A node lowered for a board names
+it (``board`` attribute); a kernel whose signature takes ``board`` is called with it."""
 from __future__ import annotations
 
 import inspect
@@ -67,6 +68,7 @@ class _Dispatch:
     tiling: Any
     attrs: dict
     present: tuple[bool, ...]
+    board: str | None = None    # the board the node was lowered for
 
     def __post_init__(self):
         self._by_shape: dict = {}
@@ -84,12 +86,31 @@ class _Dispatch:
                 k = self._by_shape[key] = _choose_kernel(self.od, self.target, self.attrs, xs, self.node)
         if "fp32" not in k.dtypes and "fp16" in k.dtypes:   # fp16 lives inside the call
             xs = [x if x is None else x.astype(np.float16) for x in xs]
-        outs = k.fn(xs, self.attrs, tiling=self.tiling) if self.tiling is not None else k.fn(xs, self.attrs)
+        kw = {} if self.tiling is None else {"tiling": self.tiling}
+        if self.board is not None and _takes(k.fn, "board"):
+            kw["board"] = self.board
+        outs = k.fn(xs, self.attrs, **kw)
         if isinstance(outs, np.ndarray):
             outs = [outs]
         if len(outs) == 1:
             return np.ascontiguousarray(outs[0], dtype=np.float32)
         return tuple(np.ascontiguousarray(o, dtype=np.float32) for o in outs)
+
+
+_takes_cache: dict = {}
+
+
+def _takes(fn, name: str) -> bool:
+    """Whether ``fn`` has a parameter ``name`` (cached per function)."""
+    key = (fn, name)
+    r = _takes_cache.get(key)
+    if r is None:
+        try:
+            r = name in inspect.signature(fn).parameters
+        except (TypeError, ValueError):
+            r = False
+        _takes_cache[key] = r
+    return r
 
 
 def _choose_kernel(od, target, attrs, xs, node):
@@ -105,13 +126,16 @@ def _choose_kernel(od, target, attrs, xs, node):
 
 
 def make_spec(od, node: str, target: str, kernel: str | None, tiling: str | None, attrs: dict,
-              present: list[bool]) -> str:
+              present: list[bool], board: str | None = None) -> str:
     """The dispatch attribute's value (floats as JSON numbers: exact, unlike the bridge's own
-    attribute printing)."""
-    return json.dumps({"format": FORMAT, "op": od.name, "domain": od.domain, "node": node,
-                       "target": target, "kernel": kernel, "tiling": tiling,
-                       "attrs": {a: list(v) if isinstance(v, tuple) else v for a, v in attrs.items()},
-                       "present": present}, sort_keys=True)
+    attribute printing). ``board``: the board the node was lowered for (absent when None)."""
+    d = {"format": FORMAT, "op": od.name, "domain": od.domain, "node": node,
+         "target": target, "kernel": kernel, "tiling": tiling,
+         "attrs": {a: list(v) if isinstance(v, tuple) else v for a, v in attrs.items()},
+         "present": present}
+    if board is not None:
+        d["board"] = board
+    return json.dumps(d, sort_keys=True)
 
 
 _cache: dict[str, _Dispatch] = {}
@@ -152,7 +176,10 @@ def _parse(spec: str) -> _Dispatch:
             raise OrtIntegrationError(f"node {node!r}: kernel {kernel.name!r} implements "
                                       f"{kernel.op}, not {op_key(op_type, domain)}")
     tiling = _tiling(d.get("tiling"), node, kernel)
-    return _Dispatch(od, node, target, kernel, tiling, attrs, tuple(d["present"]))
+    board = d.get("board")
+    if board is not None and not isinstance(board, str):
+        raise OrtIntegrationError(f"node {node!r}: {DISPATCH_ATTR} board {board!r} is not a name")
+    return _Dispatch(od, node, target, kernel, tiling, attrs, tuple(d["present"]), board)
 
 
 def _tiling(text, node, kernel):

@@ -236,13 +236,29 @@ def _pool_pred(node):
     return True if xs is not None and len(xs) == 4 else f"only 2-D pooling (4-D X); X is {xs}"
 
 
+def _pool_spec(N, C, H, W, ks, s, d, b, e, out, mode):
+    """The tiling spec to plan a pooling with. A pool spec is square-strided, undilated and
+    symmetric-padded; for other geometries (asymmetric or end pads, ceil_mode tails, dilation)
+    plan a stand-in whose window and stride are at least as large (so the planned UB tiles are
+    never smaller than the real ones) and whose output is at least as large."""
+    st = max(s)
+    R, S = ((k - 1) * di + 1 for k, di in zip(ks, d))
+    pad = max(*b, *e, 0)
+    while True:
+        po = ((H + 2 * pad - R) // st + 1, (W + 2 * pad - S) // st + 1)
+        if min(H, W) + 2 * pad >= max(R, S) and po[0] >= out[0] and po[1] >= out[1]:
+            break
+        pad += 1
+    return f"pool:N={N},C={C},H={H},W={W},R={R},S={S},stride={st},pad={pad},mode={mode},dtype={NPU}"
+
+
 def _pool(x, mode, attrs, tiling, board):
     ks = attrs["kernel_shape"]
     b, e, (oh, ow), s, d = win.geometry("Pool", attrs, x.shape[2:], ks, bool(attrs.get("ceil_mode", 0)))
     N, C, H, W = x.shape
     op = Pool(N * C, H, W, oh, ow, ks[0], ks[1], tuple(s), tuple(b), tuple(d), mode, NPU,
-              include_pad=bool(attrs.get("count_include_pad", 0)))
-    spec = f"pool:N={N},C={C},H={H},W={W},R={ks[0]},S={ks[1]},stride={s[0]},pad={b[0]},mode={mode},dtype={NPU}"
+              include_pad=bool(attrs.get("count_include_pad", 0)), pads_end=tuple(e))
+    spec = _pool_spec(N, C, H, W, ks, s, d, b, e, (oh, ow), mode)
     y = _stream(op, spec, (N * C, oh, ow), tiling, board, {"X": _h(x.reshape(N * C, H, W))})
     return [y.reshape(N, C, oh, ow).astype(x.dtype)]
 

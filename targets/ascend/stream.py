@@ -254,9 +254,10 @@ class Pool(StreamOp):
     params = None
 
     def __init__(self, NC, H, W, OH, OW, R, S, stride, pads, dilation, mode, dtype,
-                 include_pad=False):
+                 include_pad=False, pads_end=None):
         self.dims, self.dtype, self.out_dtype = {"nc": NC, "oh": OH, "ow": OW}, dtype, dtype
         self.H, self.W, self.R, self.S, self.st, self.pads = H, W, R, S, stride, pads
+        self.pads_end = tuple(pads if pads_end is None else pads_end)
         self.dil, self.mode, self.include_pad = dilation, mode, include_pad
 
     def _ext(self, axis):
@@ -274,6 +275,15 @@ class Pool(StreamOp):
         full = (o[1] - 1) * self.st[axis] + self._ext(axis)
         lo, hi = max(top, 0), min(top + full, size)
         return lo, max(lo, hi), lo - top, full
+
+    def _counted(self, o, axis):
+        """[lo, hi) of the window (its own coordinates) inside the explicitly padded extent: what
+        count_include_pad=1 divides by (never the part of a ceil_mode window past the padding)."""
+        size = (self.H, self.W)[axis]
+        top = o[0] * self.st[axis] - self.pads[axis]
+        full = (o[1] - 1) * self.st[axis] + self._ext(axis)
+        lo = min(max(-self.pads[axis] - top, 0), full)
+        return lo, max(lo, min(size + self.pads_end[axis] - top, full))
 
     def tile_shape(self, blk, role):
         if role == "out":
@@ -293,4 +303,5 @@ class Pool(StreamOp):
         r, c = self._win(blk["oh"], 0), self._win(blk["ow"], 1)
         p.emit(Vec("pool", out, [ins[0]], 0, mode=self.mode, R=self.R, S=self.S, stride=self.st,
                    dil=self.dil, oh=blk["oh"][1], ow=blk["ow"][1], pt=r[2], pl=c[2], wr=r[3],
-                   wc=c[3], include_pad=self.include_pad))
+                   wc=c[3], include_pad=self.include_pad,
+                   counted=(self._counted(blk["oh"], 0), self._counted(blk["ow"], 1))))

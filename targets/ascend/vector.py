@@ -65,19 +65,24 @@ def _softmax_update(x, m, s, first):
     return mn, s * np.exp(m - mn) + np.exp(x - mn).sum(axis=1, keepdims=True)
 
 
-def _pool(x, mode, R, S, stride, dil, oh, ow, pt, pl, wr, wc, include_pad=False):
+def _pool(x, mode, R, S, stride, dil, oh, ow, pt, pl, wr, wc, include_pad=False, counted=None):
     """x: (c, rows, cols), the real part of a window of ``wr x wc`` that starts ``pt`` rows and
     ``pl`` columns into the padding; the padding is materialised here, as load3d does.
-    ``stride`` / ``dil``: (rows, cols)."""
+    ``stride`` / ``dil``: (rows, cols). ``counted``: ((r0, r1), (c0, c1)), the part of the window
+    inside the explicit padding, which count_include_pad=1 divides by (all of it when None)."""
     full = np.full((x.shape[0], wr, wc), -np.inf if mode == "max" else 0.0, dtype=x.dtype)
     full[:, pt:pt + x.shape[1], pl:pl + x.shape[2]] = x
     acc = _taps(full, mode, R, S, stride, dil, oh, ow)
     if mode == "max":
         return acc
-    if include_pad:
+    if include_pad and counted is None:
         return acc / (R * S)
     ones = np.zeros((1, wr, wc), dtype=x.dtype)
-    ones[:, pt:pt + x.shape[1], pl:pl + x.shape[2]] = 1.0
+    if include_pad:
+        (r0, r1), (c0, c1) = counted
+        ones[:, r0:r1, c0:c1] = 1.0
+    else:
+        ones[:, pt:pt + x.shape[1], pl:pl + x.shape[2]] = 1.0
     return acc / _taps(ones, "avg", R, S, stride, dil, oh, ow)
 
 
