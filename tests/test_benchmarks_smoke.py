@@ -1,0 +1,44 @@
+"""The benchmark scripts run end to end on tiny inputs (--quick); no timing asserts."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+BENCH = Path(__file__).resolve().parent.parent / "benchmarks"
+
+
+def _run(script, *args):
+    r = subprocess.run([sys.executable, str(BENCH / script), "--quick", "--json", *args],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    return json.loads(r.stdout)
+
+
+def test_rank_correlation_handles_ties():
+    sys.path.insert(0, str(BENCH))
+    from sim_vs_host import ranks, spearman
+    assert list(ranks([10, 20, 20, 5])) == [2.0, 3.5, 3.5, 1.0]
+    assert spearman([1, 2, 3], [10, 20, 30]) == pytest.approx(1.0)
+    assert spearman([1, 2, 3], [3, 2, 1]) == pytest.approx(-1.0)
+    x, y = np.random.default_rng(0).random((2, 50))
+    rx, ry = ranks(x), ranks(y)      # no ties: Pearson of ranks = 1 - 6 sum d^2 / (n (n^2 - 1))
+    assert spearman(x, y) == pytest.approx(1 - 6 * ((rx - ry) ** 2).sum() / (50 * (50 ** 2 - 1)))
+
+
+@pytest.mark.parametrize("opt", ["all", "disable"])
+def test_sim_vs_host_quick(opt):
+    doc = _run("sim_vs_host.py", "--ort-opt", opt)
+    (m,) = doc["models"]
+    assert m["model"] == "sample" and m["matched"] > 5
+    assert -1.0 <= m["spearman"] <= 1.0 and m["mape"] >= 0
+
+
+def test_e2e_vs_ort_quick():
+    doc = _run("e2e_vs_ort.py")
+    assert [m["model"] for m in doc["models"]] == ["sample", "chain_gn_silu"]
+    for m in doc["models"]:
+        (t,) = m["by_threads"]
+        assert t["threads"] == 1 and t["ratio"] > 0 and t["max_rel_err"] < 1e-3
