@@ -199,10 +199,20 @@ def session(model_or_path, target: str = "reference", providers: Sequence[str] |
     """An ``onnxruntime.InferenceSession`` for a model (ModelProto, bytes, .onnx path or package
     directory) with edgeops' ops registered and the model prepared for ``target``. Its ``run``
     raises KernelRuntimeError when a kernel failed during that run."""
+    model = _load(model_or_path)
+    providers = list(providers or ["CPUExecutionProvider"])
+    from edgeops.ops import EDGEOPS_DOMAIN
+    if not any(n.domain == EDGEOPS_DOMAIN for n in model.graph.node) and session_options is None:
+        # nothing runs through the Python bridge: keep ONNX Runtime's own defaults (spinning,
+        # parallel execution), which are what a package that lowered nothing should cost
+        import onnxruntime as ort
+        so = ort.SessionOptions()
+        if threads is not None:
+            so.intra_op_num_threads = int(threads)
+        return session_class()(model.SerializeToString(), so, providers=providers)
     so = register(session_options, target, threads=threads)
-    model = prepare(_load(model_or_path), target)
-    return session_class()(model.SerializeToString(), so,
-                           providers=list(providers or ["CPUExecutionProvider"]))
+    model = prepare(model, target)
+    return session_class()(model.SerializeToString(), so, providers=providers)
 
 
 __all__ = ["DISPATCH_ATTR", "LOWERABLE_STANDARD_OPS", "KernelRuntimeError", "OrtIntegrationError",
