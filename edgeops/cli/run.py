@@ -25,10 +25,22 @@ def add(sub):
     p.add_argument("--runs", type=int, default=5, help="timed runs after one warm-up (median)")
     p.add_argument("--threads", type=int, help="ONNX Runtime threads (default: the package's)")
     p.add_argument("--json", action="store_true", help="one JSON document on stdout")
+    p.add_argument("--to", metavar="URI", help="run on the board at URI (edgeops deploy) instead")
+    p.add_argument("--out", metavar="FILE.npz", help="with --to: save the board's outputs here")
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
+    if args.to:     # on the board: edgeops.deploy runs the installed package, outputs come back
+        from edgeops.deploy import run_remote
+        doc, _ = run_remote(args.to, pkg=args.package, inputs=args.inputs, runs=args.runs,
+                            out=args.out)
+        if args.json:
+            print_json(doc)
+        else:
+            console().print(f"ran {doc['installed_as']} on {doc['to']}", markup=False)
+            print_report(doc)
+        return 0 if doc["ok"] is not False else 1
     doc = run_package(args.package, inputs=args.inputs, model=args.model, layers=args.layers,
                       runs=args.runs, threads=args.threads)
     if args.json:

@@ -1,0 +1,285 @@
+"""Board-side agent: ``python -m edgeops.board info|status|verify|activate|rollback|run|smoke|...``.
+
+It runs on the board (through a transport: a local directory, ssh) and prints one JSON document
+on stdout per command; a user error is one line on stderr and exit status 2; a failed smoke test
+exits 1. Layout of a board root::
+
+    ROOT/pkg-<id>/       installed packages (at most current and previous are kept)
+    ROOT/staging-<id>/   an upload in progress (never run)
+    ROOT/current         symlink to the package that runs, switched with os.replace (atomic)
+    ROOT/previous        symlink to the one before, for rollback
+
+Pure Python on top of edgeops; numpy/onnxruntime are only needed for run/smoke/verify.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import sys
+import time
+from pathlib import Path
+
+CURRENT, PREVIOUS = "current", "previous"
+NEEDS = {  # import name -> install hint (the board's own wheels; deploy does not push them)
+    "numpy": "pip install numpy", "numba": "pip install numba",
+    "onnxruntime": "pip install onnxruntime",
+    "onnxruntime_extensions": "pip install onnxruntime-extensions", "onnx": "pip install onnx"}
+
+
+class BoardError(Exception):
+    """A user-facing failure on the board (one line on stderr, exit 2)."""
+
+
+# ---- commands (each returns the JSON document) ------------------------------------------------
+
+def info(root=None) -> dict:
+    import importlib
+    from edgeops._version import __version__
+    mods = {}
+    for name, hint in NEEDS.items():
+        try:
+            m = importlib.import_module(name)
+            mods[name] = {"version": getattr(m, "__version__", "unknown")}
+        except Exception as e:  # noqa: BLE001  (a broken install is reported, not raised)
+            mods[name] = {"version": None, "missing": f"{type(e).__name__}: {e}",
+                          "install": hint}
+    where = Path(root) if root else Path.cwd()
+    where.mkdir(parents=True, exist_ok=True)
+    du = shutil.disk_usage(where)
+    return {"python": platform.python_version(), "executable": sys.executable,
+            "edgeops": __version__, "modules": mods, "machine": platform.machine(),
+            "system": platform.system(), "disk_free_bytes": du.free,
+            "memory_available_bytes": _mem_available(), "root": str(where)}
+
+
+def _mem_available():
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def status(root) -> dict:
+    root = Path(root)
+    return {"root": str(root), "current": _target(root / CURRENT),
+            "previous": _target(root / PREVIOUS),
+            "installed": sorted(p.name for p in root.glob("pkg-*")) if root.is_dir() else [],
+            "staging": sorted(p.name for p in root.glob("staging-*")) if root.is_dir() else []}
+
+
+def verify(path) -> dict:
+    from edgeops import package
+    from edgeops._version import __version__
+    try:
+        p = package.load(path)
+    except Exception as e:  # PackageError and friends: the message names the file
+        raise BoardError(f"verify {path}: {e}") from None
+    return {"path": str(p.path), "ok": True, "files": sorted(p.manifest["files"]),
+            "edgeops": __version__}
+
+
+def activate(root, name, previous: str | None = None, collect: bool = False) -> dict:
+    """Make ROOT/NAME current (a ``staging-*`` directory is first renamed to ``pkg-*``); the old
+    current becomes previous (or ``previous``, when given; "" removes it). ``collect``: remove
+    the ``pkg-*`` directories neither link names afterwards (deploy does so only once the smoke
+    test passed, so that switching back finds the package before the previous one)."""
+    root = Path(root)
+    src = root / name
+    if not src.is_dir() or src.is_symlink() or "/" in name or name in ("", ".", ".."):
+        raise BoardError(f"{src} is not a package directory on the board")
+    if name.startswith("staging-"):
+        name = "pkg-" + name[len("staging-"):]
+        os.rename(src, root / name)
+    old = _target(root / CURRENT)
+    _link(root, CURRENT, name)
+    prev = old if previous is None else previous
+    if prev and prev != name:
+        _link(root, PREVIOUS, prev)
+    elif (root / PREVIOUS).is_symlink():
+        os.unlink(root / PREVIOUS)
+    if collect:
+        _collect(root)
+    return status(root)
+
+
+def collect(root) -> dict:
+    _collect(Path(root))
+    return status(root)
+
+
+def deactivate(root) -> dict:
+    """No package current (undoing the very first install)."""
+    root = Path(root)
+    for n in (CURRENT, PREVIOUS):
+        if (root / n).is_symlink():
+            os.unlink(root / n)
+    _collect(root)
+    return status(root)
+
+
+def rollback(root) -> dict:
+    root = Path(root)
+    cur, prev = _target(root / CURRENT), _target(root / PREVIOUS)
+    if not prev or not (root / prev).is_dir():
+        raise BoardError(f"{root} has no previous package to go back to")
+    _link(root, CURRENT, prev)
+    if cur:
+        _link(root, PREVIOUS, cur)
+    return status(root)
+
+
+def remove(root, name) -> dict:
+    """Remove a staging directory (a failed upload)."""
+    root = Path(root)
+    if not name.startswith("staging-") or "/" in name:
+        raise BoardError(f"only staging-* directories are removed, not {name!r}")
+    shutil.rmtree(root / name, ignore_errors=True)
+    return status(root)
+
+
+def run(root, inputs=None, out=None, runs: int = 1) -> dict:
+    from edgeops import package
+    from edgeops.cli.run import run_package
+    import numpy as np
+    cur = _current(root)
+    p = package.load(cur)
+    doc = run_package(p, inputs=inputs, runs=runs)
+    if out is not None:
+        outs = _outputs(p, inputs if inputs is not None else p.reference()[0])
+        tmp = Path(str(out) + ".tmp.npz")
+        np.savez(tmp, **outs)
+        os.replace(tmp, out)
+    doc["installed_as"] = Path(cur).name
+    doc["manifest_sha256"] = p.manifest.get("manifest_sha256")
+    return doc
+
+
+def _outputs(p, inputs) -> dict:
+    import numpy as np
+    if isinstance(inputs, (str, Path)):
+        from edgeops.cli.run import _read_inputs
+        inputs = _read_inputs(inputs, p)
+    sess = p.session()
+    names = [o.name for o in sess.get_outputs()]
+    return dict(zip(names, (np.asarray(v) for v in sess.run(names, inputs))))
+
+
+def smoke(root) -> dict:
+    from edgeops import package
+    cur = _current(root)
+    p = package.load(cur)
+    ref_in, ref_out = p.reference()
+    t0 = time.perf_counter()
+    got = _outputs(p, ref_in)
+    errs = package.compare(got, ref_out)
+    worst = max((e["max_rel"] for e in errs.values()), default=0.0)
+    return {"installed_as": Path(cur).name, "ok": bool(worst <= p.tolerance), "max_rel": worst,
+            "tolerance": p.tolerance, "outputs": errs, "seconds": time.perf_counter() - t0}
+
+
+# ---- helpers ----------------------------------------------------------------------------------
+
+def _target(link: Path) -> str | None:
+    return os.readlink(link) if link.is_symlink() else None
+
+
+def _current(root) -> Path:
+    root = Path(root)
+    name = _target(root / CURRENT)
+    if not name or not (root / name).is_dir():
+        raise BoardError(f"{root} has no current package; deploy one first")
+    return root / name
+
+
+def _link(root: Path, linkname: str, target: str) -> None:
+    # relative target, so the root can be moved or seen through a mount
+    tmp = root / f".{linkname}.tmp-{os.getpid()}"
+    if tmp.is_symlink() or tmp.exists():
+        os.unlink(tmp)
+    os.symlink(target, tmp)
+    os.replace(tmp, root / linkname)
+    _fsync_dir(root)
+
+
+def _fsync_dir(d: Path) -> None:
+    try:
+        fd = os.open(d, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _collect(root: Path) -> None:
+    keep = {_target(root / CURRENT), _target(root / PREVIOUS)}
+    for p in root.glob("pkg-*"):
+        if p.name not in keep and p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p, ignore_errors=True)
+
+
+# ---- command line ---------------------------------------------------------------------------
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m edgeops.board")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    s = sub.add_parser("info")
+    s.add_argument("root", nargs="?")
+    sub.add_parser("status").add_argument("root")
+    sub.add_parser("verify").add_argument("dir")
+    s = sub.add_parser("activate")
+    s.add_argument("root")
+    s.add_argument("name")
+    s.add_argument("--previous")
+    s.add_argument("--collect", action="store_true")
+    sub.add_parser("collect").add_argument("root")
+    sub.add_parser("deactivate").add_argument("root")
+    sub.add_parser("rollback").add_argument("root")
+    s = sub.add_parser("remove")
+    s.add_argument("root")
+    s.add_argument("name")
+    s = sub.add_parser("run")
+    s.add_argument("root")
+    s.add_argument("--inputs")
+    s.add_argument("--out")
+    s.add_argument("--runs", type=int, default=1)
+    sub.add_parser("smoke").add_argument("root")
+    a = ap.parse_args(argv)
+    from edgeops.errors import EdgeOpsError
+    try:
+        doc = {"info": lambda: info(a.root), "status": lambda: status(a.root),
+               "verify": lambda: verify(a.dir),
+               "activate": lambda: activate(a.root, a.name, a.previous, a.collect),
+               "collect": lambda: collect(a.root),
+               "deactivate": lambda: deactivate(a.root),
+               "rollback": lambda: rollback(a.root), "remove": lambda: remove(a.root, a.name),
+               "run": lambda: run(a.root, a.inputs, a.out, a.runs),
+               "smoke": lambda: smoke(a.root)}[a.cmd]()
+    except (BoardError, EdgeOpsError, OSError) as e:
+        print(f"edgeops.board {a.cmd}: error: {' '.join(str(e).split())}", file=sys.stderr)
+        return 2
+    json.dump(doc, sys.stdout, default=_jsonable)
+    sys.stdout.write("\n")
+    return 1 if a.cmd == "smoke" and not doc["ok"] else 0
+
+
+def _jsonable(o):
+    import numpy as np
+    if isinstance(o, (np.integer, np.floating)):
+        return o.item()
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
