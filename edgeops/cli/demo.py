@@ -138,7 +138,27 @@ def step_run(ctx: dict) -> dict:
     return doc
 
 
-# (key in the result, step); later issues append simulate, deploy here
+def step_deploy(ctx: dict) -> dict:
+    """Install the package on a local board (a folder standing for the board's disk): staged
+    upload, checksums on the board, atomic switch, smoke test against the package's reference
+    outputs; then run it there and bring the outputs back."""
+    from edgeops import deploy
+    to = f"local:{Path(ctx['dir']) / 'local-board'}"
+    if ctx["show"]:
+        console().print(f"\n[bold]7. edgeops deploy[/bold] to {to}, then run on the board")
+    d = deploy.deploy(ctx["package"], to, progress=False)
+    doc, outs = deploy.run_remote(to, pkg=ctx["package"])
+    smoke = d["smoke"]
+    if ctx["show"]:
+        console().print(f"installed as {d['installed_as']}; smoke test on the board: max relative "
+                        f"error {smoke['max_rel']:.1e} (tolerance {smoke['tolerance']:g}) "
+                        f"{'ok' if smoke['ok'] else 'FAILED'}; outputs brought back: "
+                        f"{', '.join(f'{k} {tuple(v.shape)}' for k, v in outs.items())}")
+    return {"to": to if ctx["keep"] else None, "installed_as": d["installed_as"],
+            "smoke": smoke, "outputs": {k: list(v.shape) for k, v in outs.items()}}
+
+
+# (key in the result, step)
 STEPS: list[tuple[str, Callable[[dict], Any]]] = [
     ("model", step_model),
     ("inspect", step_inspect),
@@ -146,6 +166,7 @@ STEPS: list[tuple[str, Callable[[dict], Any]]] = [
     ("support_matrix", step_support_matrix),
     ("compile", step_compile),
     ("run", step_run),
+    ("deploy", step_deploy),
 ]
 
 

@@ -20,7 +20,7 @@ def _temp_dirs():
 def test_run_demo_result():
     before = _temp_dirs()
     r = run_demo()
-    assert list(r) == [k for k, _ in STEPS] == ["model", "inspect", "boards", "support_matrix", "compile", "run"]
+    assert list(r) == [k for k, _ in STEPS] == ["model", "inspect", "boards", "support_matrix", "compile", "run", "deploy"]
     assert r["model"]["name"] == "edgeops-sample" and r["model"]["path"] is None
     assert r["model"]["bytes"] == len(build_sample_model().SerializeToString())
     assert r["inspect"]["macs"] > 0 and "GroupNormalization" in r["inspect"]["op_histogram"]
@@ -29,6 +29,8 @@ def test_run_demo_result():
     assert [b["name"] for b in r["boards"]] == boards.names()
     assert r["inspect"]["boards"] == boards.names()
     assert "Conv" in r["support_matrix"]["ops"] and "reference" in r["support_matrix"]["targets"]
+    assert r["run"]["ok"] and r["deploy"]["smoke"]["ok"]
+    assert r["deploy"]["outputs"] == {"logits": [1, 10]}
     assert _temp_dirs() == before      # the temporary model is gone
 
 
@@ -53,7 +55,7 @@ def test_cli_json(capsys):
     assert main(["demo", "--json"]) == 0
     out, err = capsys.readouterr()
     doc = json.loads(out)
-    assert set(doc) == {"model", "inspect", "boards", "support_matrix", "compile", "run"} and err == ""
+    assert set(doc) == {"model", "inspect", "boards", "support_matrix", "compile", "run", "deploy"} and err == ""
 
 
 def test_cli_human(capsys):
