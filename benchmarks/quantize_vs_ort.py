@@ -22,8 +22,8 @@ from pathlib import Path
 import numpy as np
 import onnx
 import onnxruntime as ort
-from onnx import numpy_helper
 
+from edgeops.zoo import randomise_weights
 from edgeops.quantize import quantize_model
 from edgeops.quantize.analysis import sqnr_db
 from edgeops.quantize.peer import ort_quantize
@@ -35,30 +35,7 @@ MEAN, STD = np.array([0.485, 0.456, 0.406]), np.array([0.229, 0.224, 0.225])
 
 
 def randomised(model, rng):
-    """The light models hold every weight as a ConstantOfShape of one value: make them random
-    initializers (He-scaled for weights, positive for 1-D ones: BN variances)."""
-    m = onnx.ModelProto()
-    m.CopyFrom(model)
-    inits = {t.name: numpy_helper.to_array(t) for t in m.graph.initializer}
-    keep, new = [], []
-    for n in m.graph.node:
-        if n.op_type == "ConstantOfShape" and n.input[0] in inits:
-            shape = tuple(int(d) for d in inits[n.input[0]])
-            a = (rng.standard_normal(shape) * np.sqrt(2.0 / np.prod(shape[1:])) if len(shape) >= 2
-                 else rng.uniform(0.5, 1.5, shape))
-            new.append(numpy_helper.from_array(a.astype(np.float32), n.output[0]))
-        else:
-            keep.append(n)
-    del m.graph.node[:]
-    m.graph.node.extend(keep)
-    used = {i for n in keep for i in n.input}        # the shapes the ConstantOfShapes read
-    old = [t for t in m.graph.initializer if t.name in used]
-    del m.graph.initializer[:]
-    m.graph.initializer.extend(old + new)
-    ins = [v for v in m.graph.input if v.name in used or v.name not in {t.name for t in model.graph.initializer}]
-    del m.graph.input[:]
-    m.graph.input.extend(ins)
-    return m
+    return randomise_weights(model, rng, scale="he")
 
 
 def natural_images(shape, n, seed):

@@ -46,7 +46,8 @@ from pathlib import Path
 import numpy as np
 import onnx
 import onnxruntime as ort
-from onnx import numpy_helper
+
+from edgeops.zoo import randomise_weights
 
 TARGET_SPEARMAN = 0.8
 DEFAULT_MODELS = ["sample", "squeezenet", "shufflenet", "inception_v1"]
@@ -60,43 +61,7 @@ OPT = {"all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
 # ---- test models ---------------------------------------------------------------------------
 
 def randomised(model: onnx.ModelProto, rng) -> onnx.ModelProto:
-    """ConstantOfShape-held weights -> random initializers (1-D ones positive: BN variances);
-    float initializers -> U(0.5, 1.5). Same recipe as tests/cli/test_inspect.py."""
-    m = onnx.ModelProto()
-    m.CopyFrom(model)
-    inits = {t.name: numpy_helper.to_array(t) for t in m.graph.initializer}
-    keep, new = [], []
-    for n in m.graph.node:
-        if n.op_type == "ConstantOfShape" and n.input[0] in inits:
-            shape = tuple(int(d) for d in inits[n.input[0]])
-            if len(shape) >= 2:
-                a = rng.standard_normal(shape) / np.sqrt(np.prod(shape[1:]))
-            else:
-                a = rng.uniform(0.5, 1.5, shape)
-            new.append(numpy_helper.from_array(a.astype(np.float32), n.output[0]))
-        else:
-            keep.append(n)
-    for t in m.graph.initializer:
-        a = numpy_helper.to_array(t)
-        if a.dtype == np.float32:
-            t.CopyFrom(numpy_helper.from_array(rng.uniform(0.5, 1.5, a.shape).astype(np.float32),
-                                               t.name))
-    del m.graph.node[:]
-    m.graph.node.extend(keep)
-    m.graph.initializer.extend(new)
-    # the initializers that fed ConstantOfShape are unused now
-    used = {i for n in m.graph.node for i in n.input}
-    kept = [t for t in m.graph.initializer if t.name in used]
-    del m.graph.initializer[:]
-    m.graph.initializer.extend(kept)
-    # these old models list their initializers as graph inputs (IR < 4 requires it), which
-    # stops ORT from treating them as constants: drop them from the inputs, raise the IR
-    names = {t.name for t in m.graph.initializer}
-    ins = [i for i in m.graph.input if i.name not in names]
-    del m.graph.input[:]
-    m.graph.input.extend(ins)
-    m.ir_version = max(m.ir_version, 4)
-    return m
+    return randomise_weights(model, rng)
 
 
 def named(model: onnx.ModelProto) -> onnx.ModelProto:

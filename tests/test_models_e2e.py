@@ -25,6 +25,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from edgeops.cli.compile import compile_model
 from edgeops.cli.run import run_package
+from edgeops.zoo import randomise_weights
 
 LIGHT = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
 BOARDS = ("rpi5", "jetson-orin-nano", "ascend-910b")
@@ -32,35 +33,7 @@ FP32_TOL, FP16_TOL = 1e-4, 2e-2
 
 
 def randomised(model: onnx.ModelProto, rng) -> onnx.ModelProto:
-    """Weights held as ConstantOfShape become random initializers (positive for 1-D ones: BN
-    variances and scales), float initializers random too; initializers leave the graph inputs
-    (IR >= 4) so that they are constants to the passes and to ONNX Runtime."""
-    m = onnx.ModelProto()
-    m.CopyFrom(model)
-    inits = {t.name: numpy_helper.to_array(t) for t in m.graph.initializer}
-    keep, new = [], []
-    for n in m.graph.node:
-        if n.op_type == "ConstantOfShape" and n.input[0] in inits:
-            shape = tuple(int(d) for d in inits[n.input[0]])
-            a = (rng.standard_normal(shape) / np.sqrt(np.prod(shape[1:])) if len(shape) >= 2
-                 else rng.uniform(0.5, 1.5, shape))
-            new.append(numpy_helper.from_array(a.astype(np.float32), n.output[0]))
-        else:
-            keep.append(n)
-    for t in m.graph.initializer:
-        a = numpy_helper.to_array(t)
-        if a.dtype == np.float32:
-            t.CopyFrom(numpy_helper.from_array(rng.uniform(0.5, 1.5, a.shape).astype(np.float32),
-                                               t.name))
-    del m.graph.node[:]
-    m.graph.node.extend(keep)
-    m.graph.initializer.extend(new)
-    names = {t.name for t in m.graph.initializer}
-    ins = [i for i in m.graph.input if i.name not in names]
-    del m.graph.input[:]
-    m.graph.input.extend(ins)
-    m.ir_version = max(m.ir_version, 4)
-    return m
+    return randomise_weights(model, rng)
 
 
 class _G:

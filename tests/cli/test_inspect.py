@@ -19,6 +19,7 @@ from onnx import TensorProto, helper, numpy_helper
 from edgeops.cli import main
 from edgeops.cli.inspect import inspect_model
 from edgeops.sample import build_sample_model
+from edgeops.zoo import randomise_weights
 
 LIGHT = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
 # a representative few by default (grouped conv + channel shuffle, fire modules, inception
@@ -29,30 +30,7 @@ MAC_OPS = ("Conv", "Gemm", "MatMul")
 
 
 def _randomised(model: onnx.ModelProto, rng) -> onnx.ModelProto:
-    """The light models hold every weight as a ConstantOfShape of one value; make them random
-    initializers (positive for 1-D ones: BN variances) so nothing runs on degenerate data."""
-    m = onnx.ModelProto()
-    m.CopyFrom(model)
-    inits = {t.name: numpy_helper.to_array(t) for t in m.graph.initializer}
-    keep, new = [], []
-    for n in m.graph.node:
-        if n.op_type == "ConstantOfShape" and n.input[0] in inits:
-            shape = tuple(int(d) for d in inits[n.input[0]])
-            if len(shape) >= 2:
-                a = rng.standard_normal(shape) / np.sqrt(np.prod(shape[1:]))
-            else:
-                a = rng.uniform(0.5, 1.5, shape)
-            new.append(numpy_helper.from_array(a.astype(np.float32), n.output[0]))
-        else:
-            keep.append(n)
-    for t in m.graph.initializer:   # the float initializers they have are constants too
-        a = numpy_helper.to_array(t)
-        if a.dtype == np.float32:
-            t.CopyFrom(numpy_helper.from_array(rng.uniform(0.5, 1.5, a.shape).astype(np.float32), t.name))
-    del m.graph.node[:]
-    m.graph.node.extend(keep)
-    m.graph.initializer.extend(new)
-    return m
+    return randomise_weights(model, rng)
 
 
 def ort_macs(model: onnx.ModelProto, feeds: dict) -> dict[str, int]:
