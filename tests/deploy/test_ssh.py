@@ -26,11 +26,11 @@ def _free_port():
 
 
 @pytest.fixture(scope="module")
-def sshd(tmp_path_factory):
+def sshd(tmp_path_factory, unavailable):
     if not os.path.exists(SSHD):
-        pytest.skip(f"{SSHD} is not installed (Debian: apt-get install -y openssh-server)")
+        unavailable(f"{SSHD} is not installed (Debian: apt-get install -y openssh-server)")
     if shutil.which("ssh") is None or shutil.which("scp") is None:
-        pytest.skip("the OpenSSH client (ssh, scp) is not installed")
+        unavailable("the OpenSSH client (ssh, scp) is not installed")
     d = tmp_path_factory.mktemp("sshd")
     for key in ("host_key", "id"):
         subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(d / key)],
@@ -56,7 +56,7 @@ def sshd(tmp_path_factory):
     try:
         for _ in range(100):
             if proc.poll() is not None:
-                pytest.skip(f"sshd exited at start: {(d / 'sshd.log').read_text()[-300:]}")
+                unavailable(f"sshd exited at start: {(d / 'sshd.log').read_text()[-300:]}")
             r = subprocess.run(["ssh", "-o", "BatchMode=yes", "-p", str(port), *shlex.split(opts),
                                 f"{getpass.getuser()}@127.0.0.1", "true"],
                                capture_output=True, text=True)
@@ -64,7 +64,7 @@ def sshd(tmp_path_factory):
                 break
             time.sleep(0.1)
         else:
-            pytest.skip(f"sshd on 127.0.0.1:{port} did not accept the test key: {r.stderr[-300:]}")
+            unavailable(f"sshd on 127.0.0.1:{port} did not accept the test key: {r.stderr[-300:]}")
         yield {"port": port, "opts": opts, "dir": d}
     finally:
         proc.send_signal(signal.SIGTERM)

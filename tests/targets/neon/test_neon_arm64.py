@@ -72,11 +72,11 @@ def _sysroot_ready() -> bool:
 
 
 @pytest.mark.skipif(ON_ARM, reason="already on aarch64: the on_arm tests run natively")
-def test_subset_under_qemu():
+def test_subset_under_qemu(unavailable):
     if shutil.which("qemu-aarch64-static") is None:
-        pytest.skip("qemu-user-static is not installed (apt-get install qemu-user-static)")
+        unavailable("qemu-user-static is not installed (apt-get install qemu-user-static)")
     if not _sysroot_ready() and os.environ.get("EDGEOPS_TEST_FULL") != "1":
-        pytest.skip(f"no arm64 sysroot at {SYSROOT}; build it with "
+        unavailable(f"no arm64 sysroot at {SYSROOT}; build it with "
                     f"scripts/arm64/build_sysroot.sh (or run `make test-full`)")
     env = {**os.environ, "EDGEOPS_ARM64_SYSROOT": str(SYSROOT)}
     run = subprocess.run([str(ROOT / "scripts" / "arm64" / "run_tests.sh"), "-x"], env=env,
