@@ -132,17 +132,21 @@ def _lat(x):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--light", default="squeezenet", help="which light_* model (default squeezenet)")
+    ap.add_argument("--light", default="squeezenet", help="light_* models, comma-separated "
+                    "(default squeezenet; 'none' for none)")
     ap.add_argument("--calib", type=int, default=8, help="calibration batches (held-out: as many)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args(argv)
     threads_all = os.cpu_count() or 1
     from edgeops.sample import INPUT_SHAPE, build_sample_model
-    models = [("sample", build_sample_model(), INPUT_SHAPE)]
-    light = onnx.load(str(LIGHT / f"light_{a.light}.onnx"))
-    lm = randomised(light, np.random.default_rng(0))
-    (iname, ishape, _), = model_inputs(lm)
-    models.append((f"light_{a.light} (random weights)", lm, tuple(ishape)))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "quantize"))
+    from conftest import small_convnet    # the small CNN of the quantize tests
+    models = [("sample", build_sample_model(), INPUT_SHAPE),
+              ("small convnet", small_convnet(), (1, 3, 19, 17))]
+    for name in [x for x in a.light.split(",") if x and x != "none"]:
+        lm = randomised(onnx.load(str(LIGHT / f"light_{name}.onnx")), np.random.default_rng(0))
+        (iname, ishape, _), = model_inputs(lm)
+        models.append((f"light_{name} (random weights)", lm, tuple(ishape)))
     rows, lats = [], []
     for name, model, shape in models:
         inp = model_inputs(model)[0][0]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import warnings
 
+import numpy as np
 
 from edgeops.errors import EdgeOpsError, EdgeOpsWarning, ModelError
 from edgeops.quantize.analysis import Agreement, e2e_sqnr, jsonable
@@ -53,16 +54,67 @@ def calibrate(m, qnodes, batches, method="minmax", activation_type="int8", progr
     return out
 
 
+def correctable(m, q) -> bool:
+    """Whether node ``q``'s output can take a per-channel bias correction: a quantized weight
+    with its output channels last (MatMul: a 2-D weight) or on axis 1 (Conv), and a bias that is
+    either quantized already or can be added (Gemm only with alpha = beta = 1)."""
+    from onnx import helper
+    if q.weight is None or not q.acts:
+        return False
+    n = next(n for n in m.graph.node if n.name == q.name)
+    if q.acts[0] != n.input[0]:
+        return False
+    attrs = {a.name: helper.get_attribute_value(a) for a in n.attribute}
+    if q.op == "MatMul":
+        return q.axis == 1          # a 2-D (K, N) weight: one channel per column of the output
+    no_bias = len(n.input) < 3 or not n.input[2]
+    if q.op == "Gemm" and (attrs.get("alpha", 1.0) != 1.0 or attrs.get("beta", 1.0) != 1.0):
+        return False
+    return q.bias is not None or no_bias
+
+
+def correct_bias(m, qnodes, act_params, batches, *, progress=None, **build_kw) -> dict:
+    """Empirical bias correction, in graph order: the mean error each quantized node's output
+    has over the calibration set (its own weight rounding and everything quantized upstream,
+    corrected so far) is subtracted from its bias, per output channel. Quantization noise is
+    zero-mean only per element; summed over a channel's K terms its mean shifts, and that
+    shift passes through every later layer. ORT's quantize_static leaves it in."""
+    outs = [q.output for q in qnodes if correctable(m, q)]
+    if not outs:
+        return {}
+    axis = {q.output: (1 if q.op == "Conv" else -1) for q in qnodes}
+
+    def channel_means(model, names):
+        sess = session(with_outputs(model, names))
+        acc = {}
+        for b in batches:
+            for t, v in zip(names, sess.run(names, b)):
+                v = np.moveaxis(np.asarray(v, np.float64), axis[t], -1)
+                acc[t] = acc.get(t, 0.0) + v.reshape(-1, v.shape[-1]).mean(axis=0)
+        return {t: a / len(batches) for t, a in acc.items()}
+
+    ref = channel_means(m, outs)
+    fixes: dict[str, np.ndarray] = {}
+    todo = [q for q in qnodes if q.output in ref]
+    for i, q in enumerate(todo):
+        got = channel_means(build(m, qnodes, act_params, bias_fix=fixes, **build_kw), [q.output])
+        fixes[q.name] = (ref[q.output] - got[q.output]).astype(np.float32)
+        if progress:
+            progress(i + 1, len(todo))
+    return fixes
+
+
 def analyse(m, qdq, qnodes, act_params, batches, *, per_channel=True, weight_method="minmax",
-            quantize_outputs=False) -> dict:
+            quantize_outputs=False, bias_fix=None) -> dict:
     """Per-tensor and per-layer SQNR/cosine (worst first) and end-to-end, on ``batches``."""
     outputs = [o.name for o in m.graph.output]
     acts = list(act_params)
     # the isolated copies quantize inputs and weights only: outputs are measured, not quantized
     iso_params = {t: v for t, v in act_params.items() if t in {a for q in qnodes for a in q.acts}}
     node_outs = [q.output for q in qnodes]
+    # the isolated copies carry the bias correction too: each is the layer as deployed
     iso = build(m, qnodes, iso_params, per_channel=per_channel, isolated=True,
-                weight_method=weight_method)
+                weight_method=weight_method, bias_fix=bias_fix)
     iso_names = acts + node_outs + [f"{o}__iso" for o in node_outs] + outputs
     iso_sess = session(with_outputs(iso, iso_names))
     q_sess = session(with_outputs(qdq, node_outs + outputs))
@@ -126,13 +178,15 @@ def e2e_of(model, batches, ref_outs) -> dict:
 
 
 def mixed_precision(m, qnodes, act_params, batches, ref_outs, layers, target_db, *, per_channel=True,
-                    weight_method="minmax", quantize_outputs=False):
+                    weight_method="minmax", quantize_outputs=False, bias_fix=None):
     """Greedy: un-quantize the layer with the worst isolated SQNR, re-measure, until the
-    end-to-end SQNR reaches ``target_db`` (or every layer is float)."""
+    end-to-end SQNR reaches ``target_db`` (or every layer is float). Layers kept in float get
+    their original bias back; the others keep their correction (each step is measured, so a
+    stale correction shows in the figure rather than hiding)."""
     keep: list[str] = []
     steps = []
     kw = {"per_channel": per_channel, "weight_method": weight_method,
-          "quantize_outputs": quantize_outputs}
+          "quantize_outputs": quantize_outputs, "bias_fix": bias_fix}
     model = build(m, qnodes, act_params, **kw)
     cur = e2e_of(model, batches, ref_outs)["sqnr_db"]
     steps.append({"kept_float": [], "sqnr_db": cur})
@@ -179,7 +233,8 @@ def latency_cost(m, qnodes, keep: list[str], board) -> dict:
 
 def quantize_model(model, calib, *, method: str = "minmax", per_channel: bool = True,
                    activation_type: str = "int8", weight_method: str = "minmax",
-                   quantize_outputs: bool = False, target_sqnr: float | None = None,
+                   quantize_outputs: bool = False, bias_correction: bool = True,
+                   target_sqnr: float | None = None,
                    eval_data=None, board: str | None = None, progress=None,
                    mean=(0.0,), std=(1.0,), layout: str = "NCHW"):
     """Quantize ``model`` (path, bytes, ModelProto or ``"sample"``) with calibration data
@@ -191,8 +246,10 @@ def quantize_model(model, calib, *, method: str = "minmax", per_channel: bool = 
     reach, keeping the least tolerant layers in float; ``eval_data``: held-out data for the
     analysis (default: the calibration set); ``board``: cost the float layers in predicted
     latency; ``quantize_outputs``: Q/DQ on the quantized nodes' outputs too (the full QDQ
-    unit ORT runs as QLinearConv/QLinearMatMul); ``progress(done, total)`` after each
-    calibration batch."""
+    unit ORT runs as QLinearConv/QLinearMatMul); ``bias_correction``: subtract each quantized
+    node's mean output error on the calibration set from its bias (:func:`correct_bias`; off:
+    the plain QDQ model ORT's quantize_static would write); ``progress(done, total)`` after
+    each calibration batch."""
     if weight_method not in ("minmax", "mse"):
         raise EdgeOpsError(f"weight method must be minmax or mse, not {weight_method!r}")
     if activation_type not in QRANGE:
@@ -211,14 +268,19 @@ def quantize_model(model, calib, *, method: str = "minmax", per_channel: bool = 
     if not qnodes:
         raise EdgeOpsError("the model has no Conv, MatMul or Gemm node to quantize")
     act_params = calibrate(m, qnodes, batches, method, activation_type, progress, quantize_outputs)
-    qdq = build(m, qnodes, act_params, per_channel=per_channel, weight_method=weight_method,
-                quantize_outputs=quantize_outputs)
-    rep = analyse(m, qdq, qnodes, act_params, evals, per_channel=per_channel,
-                  weight_method=weight_method, quantize_outputs=quantize_outputs)
+    kw = {"per_channel": per_channel, "weight_method": weight_method,
+          "quantize_outputs": quantize_outputs}
+    fixes = correct_bias(m, qnodes, act_params, batches, **kw) if bias_correction else {}
+    qdq = build(m, qnodes, act_params, bias_fix=fixes, **kw)
+    rep = analyse(m, qdq, qnodes, act_params, evals, bias_fix=fixes, **kw)
     ref_outs = rep.pop("_ref_outs")
     report = {"method": method, "weight_method": weight_method, "per_channel": per_channel,
               "quantize_outputs": quantize_outputs,
               "activation_type": activation_type,
+              "bias_correction": {"enabled": bias_correction, "nodes": {
+                  n: {"max_abs_delta": float(np.abs(d).max(initial=0.0)),
+                      "mean_abs_delta": float(np.abs(d).mean()) if d.size else 0.0}
+                  for n, d in fixes.items()}},
               "calibration_batches": len(batches), "eval_batches": len(evals),
               "eval_set": "calibration" if eval_data is None else "held-out",
               "opset": max(o.version for o in m.opset_import if o.domain in ("", "ai.onnx")),
@@ -226,8 +288,7 @@ def quantize_model(model, calib, *, method: str = "minmax", per_channel: bool = 
               "warnings": [str(w.message) for w in caught], **rep, "mixed_precision": None}
     if target_sqnr is not None:
         qdq, mp = mixed_precision(m, qnodes, act_params, evals, ref_outs, rep["layers"],
-                                  float(target_sqnr), per_channel=per_channel,
-                                  weight_method=weight_method, quantize_outputs=quantize_outputs)
+                                  float(target_sqnr), bias_fix=fixes, **kw)
         report["mixed_precision"] = mp
         report["end_to_end_mixed"] = e2e_of(qdq, evals, ref_outs)
     if board is not None:

@@ -103,8 +103,13 @@ def _arr(t):
 
 def build(model, qnodes: list[QNode], act_params: dict[str, tuple], *, per_channel: bool = True,
           keep_float=(), isolated: bool = False, weight_method: str = "minmax",
-          quantize_outputs: bool = False):
+          quantize_outputs: bool = False, bias_fix: dict | None = None):
     """The QDQ model. ``act_params``: {tensor: (scale, zero point, qtype)}.
+
+    ``bias_fix``: {node: float32 per-channel delta} added to a quantized node's bias (bias
+    correction, :func:`edgeops.quantize.api.correct_bias`): Conv/Gemm get it in their int32
+    bias (a zero bias is added where there was none); a MatMul, which has no bias input, gets a
+    float Add after it. Nodes kept in float keep their original bias.
 
     ``quantize_outputs``: a Q/DQ pair on each quantized node's output too (the node writes
     ``<output>_float``; the pair writes ``<output>``), the full QDQ unit that ONNX Runtime
@@ -163,12 +168,21 @@ def build(model, qnodes: list[QNode], act_params: dict[str, tuple], *, per_chann
         weight_scales[key] = s
         return done_w[key]
 
+    fixes = bias_fix or {}
+
     def bias_dq(q):
         s_in = act_params[q.acts[0]][0]
         s_w = weight_scales[(q.weight, q.axis if per_channel else None)]
-        b = _arr(inits[q.bias])
+        if q.bias is not None:
+            b = _arr(inits[q.bias])
+            base = f"{q.bias}_{q.name}"
+        else:
+            b = np.zeros(np.shape(fixes[q.name]), np.float32)
+            base = f"{q.name}.bias"
+        if q.name in fixes:
+            b = (b.astype(np.float32) + np.asarray(fixes[q.name], np.float32)).astype(np.float32)
+            base = f"{base}_corrected"
         qb, s = quantize_bias(b, s_in, s_w)
-        base = f"{q.bias}_{q.name}"
         new_inits.append(numpy_helper.from_array(qb, f"{base}_quantized"))
         new_inits.append(numpy_helper.from_array(np.asarray(s, np.float32), f"{base}_scale"))
         new_inits.append(numpy_helper.from_array(np.zeros(np.shape(s), np.int32), f"{base}_zero_point"))
@@ -189,26 +203,38 @@ def build(model, qnodes: list[QNode], act_params: dict[str, tuple], *, per_chann
                 ins[j] = t if t in qouts else act_dq(t)   # a quantized output: already is
         if q.weight is not None:
             ins[1] = weight_dq(q)
-            if q.bias is not None and q.acts and q.acts[0] == n.input[0]:
+            if q.acts and q.acts[0] == n.input[0] and (
+                    q.bias is not None or (q.name in fixes and q.op in ("Conv", "Gemm")
+                                           and (len(n.input) < 3 or not n.input[2]))):
+                ins += [""] * (3 - len(ins))
                 ins[2] = bias_dq(q)
         c = onnx.NodeProto()
         c.CopyFrom(n)
         del c.input[:]
         c.input.extend(ins)
+        add_fix = q.op == "MatMul" and q.weight is not None and q.name in fixes
         if isolated:
             new_nodes.append(n)
             c.name = f"{n.name}__iso"
             outs = [f"{o}__iso" if o else "" for o in n.output]
             del c.output[:]
             c.output.extend(outs)
-            new_nodes.append(c)
+            final = c.output[0]
         elif quantize_outputs and q.output in act_params:
-            c.output[0] = f"{q.output}_float"
-            new_nodes.append(c)
+            final = c.output[0] = f"{q.output}_float"
+        else:
+            final = c.output[0]
+        if add_fix:     # MatMul has no bias input: the correction is a float Add after it
+            c.output[0] = f"{final}_uncorrected"
+            new_inits.append(numpy_helper.from_array(np.asarray(fixes[q.name], np.float32),
+                                                     f"{q.name}.bias_correction"))
+        new_nodes.append(c)
+        if add_fix:
+            new_nodes.append(helper.make_node("Add", [c.output[0], f"{q.name}.bias_correction"],
+                                              [final], name=f"{q.name}.bias_correction"))
+        if not isolated and quantize_outputs and q.output in act_params:
             act_dq(q.output, src=f"{q.output}_float", dst=q.output)
             qouts.add(q.output)
-        else:
-            new_nodes.append(c)
     del g.node[:]
     g.node.extend(new_nodes)
     g.initializer.extend(new_inits)

@@ -9,6 +9,7 @@ from edgeops.ops import (  # noqa: F401,E402
     averagepool, global_averagepool, reshape, flatten, transpose, concat, split, resize,
     identity, dropout,
     conv_bn_act, swiglu, layernorm_gelu, groupnorm_act,  # fused ai.edgeops ops
+    qconv_bn_act, qmatmul,  # int8 (QDQ units) at a float boundary
 )
 
 __all__ = ["EDGEOPS_DOMAIN", "Attr", "OpDef", "all_ops", "define_op", "get_op", "has_op"]

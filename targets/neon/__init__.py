@@ -18,6 +18,7 @@ from edgeops.targets.neon import (  # noqa: F401,E402
     eltwise, norms, pool, swiglu, qgemm, overrides, _threads,
 )
 from edgeops.targets.neon import register  # noqa: F401,E402  (registers the kernels)
+from edgeops.targets.neon import register_int8  # noqa: F401,E402  (QDQ-unit int8 kernels)
 
 __all__ = ["blocking", "chooser", "conv", "depthwise", "eltwise", "epilogue", "gemm", "norms",
            "pool", "qgemm", "swiglu", "winograd"]

@@ -13,7 +13,7 @@ from edgeops.sample import INPUT_SHAPE, build_sample_model
 
 def test_passes_run_in_priority_order_cleanups_first():
     names = [p.name for p in all_passes()]
-    assert names == ["drop_dropout", "fold_batchnorm", "fuse_groupnorm_act", "fuse_conv_act",
+    assert names == ["drop_dropout", "fold_batchnorm", "fuse_groupnorm_act", "fuse_qdq", "fuse_conv_act",
                      "fuse_layernorm_gelu", "fuse_swiglu", "merge_qkv"]
     prios = [p.priority for p in all_passes()]
     assert prios == sorted(prios) and len(set(prios)) == len(prios)

@@ -48,3 +48,25 @@ def test_cli_bad_calibration_is_one_line(tmp_path, capsys):
     assert rc == 2 and len(err.splitlines()) == 1
     assert "'image'" in err and "1x3x16x16" in err and "1x3x32x32" in err
     assert not (tmp_path / "q.onnx").exists()
+
+
+def test_compile_quantize_end_to_end(tmp_path, capsys):
+    """compile --quantize: QDQ, then every Conv/MatMul/Gemm unit on an int8 NEON kernel, and
+    the package's check (ORT on the QDQ model vs the lowered model) passes."""
+    calib = _npz(tmp_path / "c.npz", (1, 3, 32, 32))
+    rc = main(["compile", "sample", "--board", "host", "-o", str(tmp_path / "pkg"), "--quantize",
+               calib, "--method", "entropy", "--lower", "all", "--no-tune", "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert rc == 0 and doc["verified"]["ok"] and doc["quantization"]["method"] == "entropy"
+    q = [p for p in doc["placement"] if p["op"] in ("ai.edgeops::QConvBnAct", "ai.edgeops::QMatMul")]
+    assert len(q) == 9 and {p["kernel"] for p in q} == {"neon.qconv_bn_act_int8", "neon.qmatmul_int8"}
+    assert not any(p["op"] in ("Conv", "MatMul", "Gemm", "QuantizeLinear") for p in doc["placement"])
+
+
+def test_compile_quantize_bad_calibration(tmp_path, capsys):
+    bad = tmp_path / "bad.npz"
+    np.savez(bad, other=np.zeros((2, 3, 32, 32), np.float32), image=np.zeros((2, 3, 32, 32), np.float32))
+    rc = main(["compile", "sample", "--board", "host", "-o", str(tmp_path / "pkg"), "--quantize", str(bad)])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and len(err.splitlines()) == 1 and "'other'" in err
+    assert not (tmp_path / "pkg").exists()

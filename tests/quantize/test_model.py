@@ -66,8 +66,10 @@ def test_runs_in_stock_ort_and_follows_the_convention(sample_q, sample_model, sa
 
 def test_analysis_sqnr_matches_direct_computation(sample_q, sample_model, sample_calib):
     q, rep = sample_q
-    ref = _run(prepare(sample_model), sample_calib)
-    got = _run(q, sample_calib)
+    # as the analysis runs it: ORT's optimiser rewrites a DequantizeLinear -> MatMul with a
+    # bias-correction Add after it into MatMulNBits, which rounds differently (~0.04 dB)
+    ref = _run(prepare(sample_model), sample_calib, False)
+    got = _run(q, sample_calib, False)
     assert rep["end_to_end"]["sqnr_db"] == pytest.approx(_sqnr(ref, got), abs=1e-6)
     r = np.concatenate(ref).ravel().astype(np.float64)
     g = np.concatenate(got).ravel().astype(np.float64)
@@ -102,23 +104,55 @@ def test_mixed_precision_reaches_target(sample_model, sample_calib):
 
 
 @pytest.mark.parametrize("which", ["sample", "convnet"])
-@pytest.mark.parametrize("method", ["minmax", "entropy"])
+@pytest.mark.parametrize("method", ["minmax", "entropy", "percentile"])
 def test_not_worse_than_onnxruntime(which, method, request):
+    """Same model, same calibration batches, same method: edgeops' end-to-end SQNR is at least
+    ORT's, on the calibration set and on held-out data. What puts it ahead is bias correction
+    (without it the minmax parameters are ORT's to the bit, test below, and the two differ by
+    the noise of which outputs get rounded: +-0.4 dB on 80 logits)."""
     model = request.getfixturevalue("sample_model" if which == "sample" else "convnet")
     calib = request.getfixturevalue("sample_calib" if which == "sample" else "convnet_calib")
+    rng = np.random.default_rng(7)
+    held = [{k: rng.standard_normal(v.shape).astype(np.float32) for k, v in b.items()} for b in calib]
     m = prepare(model)
     ours, rep = quantize_model(m, calib, method=method)
     peer = ort_quantize(m, calib, method)
     # graph optimisations off: ORT 1.32 cannot load its own QDQ sample model with them on
     # (its Reshape QuantizeLinear gets an int8/uint8 type clash); ours loads either way
-    ref = _run(m, calib, False)
+    ref, ref_h = _run(m, calib, False), _run(m, held, False)
     mine, theirs = _sqnr(ref, _run(ours, calib, False)), _sqnr(ref, _run(peer, calib, False))
     assert mine == pytest.approx(rep["end_to_end"]["sqnr_db"], abs=1e-6)
-    # ORT's entropy calibrator keeps 128 histogram bins here, so it never clips: it is min-max.
-    # Ours is TensorRT's (2048 bins), which clips the heavy-tailed SwiGLU product of the
-    # sample model and costs ~0.7 dB of SQNR there (it is ahead on held-out data)
-    slack = 0.8 if (which, method) == ("sample", "entropy") else 0.5
-    assert mine >= theirs - slack, (mine, theirs)
+    assert mine >= theirs, (mine, theirs)
+    assert _sqnr(ref_h, _run(ours, held, False)) >= _sqnr(ref_h, _run(peer, held, False))
+    assert rep["bias_correction"]["enabled"] and rep["bias_correction"]["nodes"]
+
+
+def test_bias_correction_removes_the_mean_error(convnet, convnet_calib):
+    """After correction each corrected node's output has (close to) zero mean error per
+    channel on the calibration set, against a direct numpy computation of the means."""
+    m = prepare(convnet)
+    plain, _ = quantize_model(m, convnet_calib, bias_correction=False)
+    fixed, rep = quantize_model(m, convnet_calib)
+    names = ["c1", "c2", "c3", "y"]
+    assert set(rep["bias_correction"]["nodes"]) == {"c1", "c2", "c3", "fc"}
+
+    def means(model):
+        from edgeops.quantize.qdq import with_outputs
+        outs = _outs(with_outputs(model, names), convnet_calib, names)
+        return {t: np.mean([np.moveaxis(o, 1, -1).reshape(-1, o.shape[1]).mean(0) for o in v], 0)
+                for t, v in outs.items()}
+    f, p, c = means(m), means(plain), means(fixed)
+    for t in names:
+        before, after = np.abs(p[t] - f[t]).mean(), np.abs(c[t] - f[t]).mean()
+        assert after < 0.5 * before, (t, before, after)
+
+
+def _outs(model, batches, names):
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    s = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    res = [s.run(names, b) for b in batches]
+    return {t: [r[i] for r in res] for i, t in enumerate(names)}
 
 
 @pytest.mark.parametrize("method", ["percentile", "mse"])
@@ -134,7 +168,8 @@ def test_minmax_parameters_equal_onnxruntime(sample_model, sample_calib):
     the bit (so SQNR differences come only from what else ORT quantizes: Conv/MatMul outputs,
     Reshape/Transpose)."""
     m = prepare(sample_model)
-    ours = {t.name: numpy_helper.to_array(t) for t in quantize_model(m, sample_calib)[0].graph.initializer}
+    ours = {t.name: numpy_helper.to_array(t)
+            for t in quantize_model(m, sample_calib, bias_correction=False)[0].graph.initializer}
     peer = {t.name: numpy_helper.to_array(t) for t in ort_quantize(m, sample_calib, "minmax").graph.initializer}
     shared = [k for k in ours if k.endswith(("_scale", "_zero_point")) and k in peer]
     assert len(shared) >= 2 * (8 + 9)         # 8 activation tensors, 9 weights
@@ -145,7 +180,7 @@ def test_minmax_parameters_equal_onnxruntime(sample_model, sample_calib):
 def test_quantized_outputs_match_onnxruntime_exactly(convnet, convnet_calib):
     """With the outputs quantized too, edgeops' minmax model computes what ORT's does."""
     m = prepare(convnet)
-    ours, rep = quantize_model(m, convnet_calib, quantize_outputs=True)
+    ours, rep = quantize_model(m, convnet_calib, quantize_outputs=True, bias_correction=False)
     assert rep["quantize_outputs"]
     assert {n.output[0] for n in ours.graph.node if n.op_type == "DequantizeLinear"} >= {"c1", "c2", "c3", "y"}
     peer = ort_quantize(m, convnet_calib, "minmax")

@@ -112,3 +112,70 @@ def test_int8_bad_inputs(rng):
         qgemm(a, np.zeros((4, 2), np.int8), multiplier=[1.0, 2.0, 3.0])
     with pytest.raises(EdgeOpsError, match="inner"):
         qgemm(a, np.zeros((5, 2), np.int8))
+
+
+# ---- QConvBnAct / QMatMul at the float boundary (targets/neon/qconv.py) -----------------------
+
+def _q_attrs(rng, prefix, requant, act, qt, yt):
+    lo, hi = (-128, 127) if qt == "int8" else (0, 255)
+    ylo, yhi = (-128, 127) if yt == "int8" else (0, 255)
+    return {f"{prefix}_scale": float(np.float32(rng.uniform(0.01, 0.05))),
+            f"{prefix}_zero_point": int(rng.integers(lo, hi + 1)) // 2, f"{prefix}_type": qt,
+            "y_scale": float(np.float32(rng.uniform(0.05, 0.2))) if requant else 0.0,
+            "y_zero_point": int(rng.integers(ylo, yhi + 1)) // 2 if requant else 0,
+            "y_type": yt, "activation": act}
+
+
+@pytest.mark.parametrize("requant,act,qt", [(False, "none", "int8"), (False, "silu", "uint8"),
+                                            (True, "none", "uint8"), (True, "relu", "int8")])
+@pytest.mark.parametrize("n,c,h,w,k,r,s,group,conv", CONVS[:3])
+def test_qconv_bn_act_exact_vs_integer_reference(rng, requant, act, qt, n, c, h, w, k, r, s,
+                                                 group, conv):
+    """The NEON kernel equals the op's integer reference (QConvBnAct.reference) bit for bit."""
+    from edgeops.ops import get_op
+    from edgeops.ops.conv_bn_act import ACTIVATIONS
+    from edgeops.targets.neon.qconv import qconv_bn_act
+    op = get_op("QConvBnAct", "ai.edgeops")
+    attrs = op.parse_attrs({**_q_attrs(rng, "x", requant, act, qt, "int8" if qt == "uint8" else "uint8"),
+                            "group": group, **{kk: list(v) for kk, v in conv.items()}})
+    x = (rng.standard_normal((n, c, h, w)) * 2).astype(np.float32)   # saturates at both ends
+    wt = rng.integers(-127, 128, (k, c // group, r, s)).astype(np.float32)
+    ws = rng.uniform(1e-3, 1e-2, k).astype(np.float32)
+    b = rng.integers(-3000, 3000, k).astype(np.float32)
+    want = op.reference(x, wt, ws, b, **attrs)
+    g = geom_from_attrs(x.shape, wt.shape, attrs)
+    got = qconv_bn_act(x, wt, ws, b, g, attrs,
+                       lambda y, a: ACTIVATIONS[a["activation"]][0](y, a["clip_min"], a["clip_max"]))
+    assert got.dtype == np.float32
+    np.testing.assert_array_equal(got, want)
+    if requant:
+        steps = (got / np.float32(attrs["y_scale"]))
+        assert np.allclose(steps, np.rint(steps), atol=1e-3)   # on the output grid
+
+
+@pytest.mark.parametrize("requant,act", [(False, "none"), (True, "relu"), (False, "relu")])
+@pytest.mark.parametrize("shape,n", [((1, 5), 3), ((2, 7, 33), 19), ((QMR + 1, 130), QNR + 5)])
+def test_qmatmul_exact_vs_integer_reference(rng, requant, act, shape, n):
+    from edgeops.ops import get_op
+    from edgeops.targets.neon.qconv import qmatmul
+    op = get_op("QMatMul", "ai.edgeops")
+    attrs = op.parse_attrs(_q_attrs(rng, "a", requant, act, "int8", "uint8"))
+    a = (rng.standard_normal(shape) * 2).astype(np.float32)
+    b = rng.integers(-127, 128, (shape[-1], n)).astype(np.float32)
+    bs = rng.uniform(1e-3, 1e-2, n).astype(np.float32)
+    bias = rng.integers(-3000, 3000, n).astype(np.float32)
+    for bb in (bias, None):
+        np.testing.assert_array_equal(qmatmul(a, b, bs, bb, attrs), op.reference(a, b, bs, bb, **attrs))
+
+
+def test_q_ops_refuse_non_integer_weights(rng):
+    from edgeops.ops import get_op
+    from edgeops.targets.neon.qconv import qmatmul
+    op = get_op("QMatMul", "ai.edgeops")
+    attrs = op.parse_attrs(_q_attrs(rng, "a", False, "none", "int8", "int8"))
+    with pytest.raises(EdgeOpsError, match="integers"):
+        qmatmul(np.ones((2, 3), np.float32), np.full((3, 2), 0.5, np.float32),
+                np.ones(2, np.float32), None, attrs)
+    with pytest.raises(EdgeOpsError, match="2\\*\\*24"):
+        qmatmul(np.ones((2, 3), np.float32), np.ones((3, 2), np.float32), np.ones(2, np.float32),
+                np.full(2, 2.0 ** 25, np.float32), attrs)
