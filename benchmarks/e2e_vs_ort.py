@@ -32,12 +32,18 @@ import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
+# what edgeops.ort.register sets for a package's process; here before anything starts OpenMP
+# (numba.set_num_threads below does), else its workers spin against ONNX Runtime's threads
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from sim_vs_host import test_model as _zoo_model  # noqa: E402  (sample + light models)
 
 DEFAULT_MODELS = ["sample", "squeezenet", "shufflenet", "chain_gn_silu", "chain_ln_gelu"]
 MEMORY_BOUND = {"chain_gn_silu", "chain_ln_gelu"}
 TARGET_RATIO = 1.0
+# two identical sessions differ by this much run to run on the shared 2-core machine: a package
+# that lowered nothing IS ONNX Runtime's session, so a ratio within it is parity, not a loss
+NOISE = 0.03
 
 
 def chain_gn_silu(n: int = 4, shape=(1, 64, 56, 56), groups: int = 32, seed: int = 0):
@@ -102,19 +108,23 @@ def ort_session(model: onnx.ModelProto, threads: int):
     return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
 
 
-def time_pair(a, b, feeds, runs: int, warmup: int) -> tuple[float, float]:
-    """Median seconds of a.run and b.run, interleaved."""
+def time_pair(a, b, feeds, runs: int, warmup: int, blocks: int = 5) -> tuple[float, float]:
+    """Median seconds of a.run and b.run, in alternating blocks (which side goes first alternates
+    too). Not run for run: ONNX Runtime's intra-op threads spin for a while after a run, so on
+    few cores the session that runs right after another competes with its spinners; within a
+    block each side runs back to back, as in a serving loop."""
     for _ in range(warmup):
         a.run(None, feeds)
         b.run(None, feeds)
     ta, tb = [], []
-    for _ in range(runs):
-        t = time.perf_counter()
-        a.run(None, feeds)
-        ta.append(time.perf_counter() - t)
-        t = time.perf_counter()
-        b.run(None, feeds)
-        tb.append(time.perf_counter() - t)
+    per = max(1, runs // blocks)
+    for i in range(blocks):
+        for sess, ts in ((a, ta), (b, tb)) if i % 2 == 0 else ((b, tb), (a, ta)):
+            sess.run(None, feeds)            # warm after the other side ran
+            for _ in range(per):
+                t = time.perf_counter()
+                sess.run(None, feeds)
+                ts.append(time.perf_counter() - t)
     return statistics.median(ta), statistics.median(tb)
 
 
@@ -134,7 +144,8 @@ def run_model(name: str, threads_list, runs: int, warmup: int, workdir: str) -> 
            "lowered": len(lowered), "lowered_nodes": [f"{p['node']} ({p['op']} -> {p.get('kernel')})"
                                                      for p in lowered],
            "kept_reasons": sorted({p.get("reason", "") for p in placement
-                                   if not p.get("target") and "faster" in p.get("reason", "")}),
+                                   if not p.get("target") and ("faster" in p.get("reason", "")
+                                                                or "measured" in p.get("reason", ""))}),
            "verified": (doc.get("verified") or {}).get("ok"), "compile_s": compile_s,
            "predicted_s": doc.get("predicted_latency_s"), "by_threads": []}
     for th in threads_list:
@@ -176,6 +187,7 @@ def main(argv=None) -> int:
     summary = {"target_ratio": TARGET_RATIO, "min_ratio": min(ratios),
                "geomean_ratio": float(np.exp(np.mean(np.log(ratios)))),
                "all_meet_target": all(x >= TARGET_RATIO for x in ratios),
+               "all_within_noise_of_target": all(x >= TARGET_RATIO - NOISE for x in ratios),
                "memory_bound_faster": (all(x > 1.0 for x in mb) if mb else None)}
     doc = {"board": "host", "onnxruntime": ort.__version__, "runs": runs, "threads": threads,
            "models": results, "summary": summary}
@@ -193,19 +205,21 @@ def main(argv=None) -> int:
         for i, t in enumerate(r["by_threads"]):
             left = f"{r['model']:<15}{r['nodes_original']:>6}{r['lowered']:>9}" if i == 0 \
                 else " " * 30
-            flag = "" if t["ratio"] >= TARGET_RATIO else "  < target"
+            flag = "" if t["ratio"] >= TARGET_RATIO else \
+                "  (parity within noise)" if t["ratio"] >= TARGET_RATIO - NOISE else "  < target"
             print(f"{left}{t['threads']:>5}{t['ort_s'] * 1e3:>10.3f}{t['edgeops_s'] * 1e3:>12.3f}"
                   f"{t['ratio']:>12.2f}x{t['max_rel_err']:>10.1e}{flag}")
     print("-" * len(hdr))
     for r in results:
         if r["lowered_nodes"]:
             print(f"{r['model']}: lowered {', '.join(r['lowered_nodes'])}")
-        if r["model"] in MEMORY_BOUND:
+        if r["model"] in MEMORY_BOUND or any("whole model" in w for w in r["kept_reasons"]):
             for why in r["kept_reasons"][:2]:
                 print(f"{r['model']}: kept in ORT: {why}")
     print(f"min ratio {summary['min_ratio']:.2f}x, geomean {summary['geomean_ratio']:.2f}x; "
           f"target >= {TARGET_RATIO}x everywhere: "
-          f"{'met' if summary['all_meet_target'] else 'MISSED'}; memory-bound chains faster: "
+          f"{'met' if summary['all_meet_target'] else 'MISSED'} (within {NOISE:.0%} noise: "
+          f"{'yes' if summary['all_within_noise_of_target'] else 'no'}); memory-bound chains faster: "
           f"{summary['memory_bound_faster']}")
     return 0
 

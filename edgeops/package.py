@@ -33,7 +33,8 @@ FORMAT_VERSION = 1
 MODEL, MANIFEST, REFERENCE = "model.onnx", "manifest.json", "reference.npz"
 OPTIONAL = ("manifest.sig",)        # a detached signature (deploy's --sign) may sit beside it
 FP32_RTOL, FP16_RTOL = 1e-4, 2e-2   # max |error| / max |reference|, per output
-# what the on-board runtime does when a kernel misbehaves (edgeops run reports kernel errors)
+# what the runtime does when a kernel misbehaves: Package.session hands kernel_error and
+# nan_guard to edgeops.ort (see edgeops/ort/fallback.py); the other two hold by construction
 FALLBACK = {"kernel_error": "reference", "unknown_kernel": "refuse",
             "nodes_without_kernel": "onnxruntime", "nan_guard": False}
 
@@ -64,10 +65,12 @@ class Package:
 
     def session(self, threads: int | None = None):
         """An ONNX Runtime session with edgeops' ops registered (every lowered node names its
-        kernel, so no default target is involved)."""
+        kernel, so no default target is involved) that follows the manifest's fallback rules
+        (a failing kernel runs the op's reference, counted in edgeops.ort.fallback_counts())."""
         from edgeops.ort import session
-        t = threads if threads is not None else self.manifest["runtime"]["threads"]
-        return session(self.model_path, target="reference", threads=t)
+        rt = self.manifest["runtime"]
+        t = threads if threads is not None else rt["threads"]
+        return session(self.model_path, target="reference", threads=t, fallback=rt.get("fallback"))
 
 
 # ---- running and comparing -----------------------------------------------------------------

@@ -71,7 +71,10 @@ def run_package(pkg, *, inputs=None, model=None, layers: bool = False, runs: int
         golden, gname = ref_out, "package reference outputs (ONNX Runtime on the original model)"
     else:
         golden, gname = None, None
+    from edgeops.ort import fallback_counts, reset_fallback_counts
+    reset_fallback_counts()
     outs, times = package.timed_runs(p.session(threads), feeds, runs)
+    fallbacks = fallback_counts()
     errs = package.compare(outs, golden) if golden is not None else {}
     worst = max((e["max_rel"] for e in errs.values()), default=None)
     doc = {"package": str(p.path), "board": p.manifest["board"]["name"], "inputs": source,
@@ -80,7 +83,9 @@ def run_package(pkg, *, inputs=None, model=None, layers: bool = False, runs: int
            "max_rel": worst, "ok": None if worst is None else bool(worst <= p.tolerance),
            "latency_s": {"median": float(np.median(times)), "min": float(min(times)),
                          "runs": len(times)},
-           "predicted_latency_s": p.manifest["predicted"]["latency_s"]}
+           "predicted_latency_s": p.manifest["predicted"]["latency_s"],
+           # {node: calls that ran the op's reference because its kernel failed} (manifest rules)
+           "fallbacks": fallbacks}
     if layers:
         doc["layers"] = layer_errors(p, feeds, golden_model)
         doc["layers_golden"] = (f"ONNX Runtime on {model}" if golden_model is not None else
@@ -199,6 +204,10 @@ def print_report(doc: dict) -> None:
             lt.add_row(escape(r["tensor"]), escape(r["node"]), escape(r["op"]), r["where"],
                        _e(r["max_abs"]), f"[red]{_e(r['max_rel'])}[/red]" if bad else _e(r["max_rel"]))
         c.print(lt)
+    if doc.get("fallbacks"):
+        c.print(f"[yellow]kernel failures ran the reference instead (calls per node, over "
+                f"{doc['latency_s']['runs'] + 1} runs): "
+                f"{escape(', '.join(f'{n}: {k}' for n, k in sorted(doc['fallbacks'].items())))}[/yellow]")
     lat = doc["latency_s"]
     verdict = {None: "not compared", True: "[green]ok[/green]",
                False: "[red]ABOVE TOLERANCE[/red]"}[doc["ok"]]

@@ -1,5 +1,8 @@
 """``edgeops tune (MODEL | --op SPEC) --board NAME [--objective latency|traffic] [--top K] [--json]
 [--out FILE [--force]] [--plot PNG]``: the best tilings of one op, or of every node of a model.
+``edgeops tune MODEL --board host --measure-table [--remeasure]`` instead fills this machine's
+measured kernel table (:mod:`edgeops.lower.measure`) for the model's nodes and prints it: what
+``edgeops compile --board host`` would otherwise measure at its first run.
 
 With ``--op`` it searches the op (:func:`edgeops.tiling.search`) and reports the best tiling, the
 top K, the Pareto front, the compulsory traffic and the I/O lower bound; with a MODEL it tunes
@@ -33,6 +36,11 @@ def add(sub):
     p.add_argument("--out", metavar="FILE", help="write the best tiling (op) or the plan (model) as JSON")
     p.add_argument("--force", action="store_true", help="let --out overwrite an existing file")
     p.add_argument("--plot", metavar="PNG", help="heatmap of off-chip traffic over two tile sizes")
+    p.add_argument("--measure-table", action="store_true",
+                   help="(board host) time each lowerable node/fused chain of MODEL through the "
+                        "custom-op bridge vs ONNX Runtime, cached per machine; compile reads it")
+    p.add_argument("--remeasure", action="store_true",
+                   help="with --measure-table: measure again instead of reading the cached table")
     p.set_defaults(func=run)
 
 
@@ -67,6 +75,16 @@ def progress_bar(enabled: bool, label: str):
 
 
 def run(args) -> int:
+    if args.measure_table or args.remeasure:
+        if not args.model or args.op:
+            raise EdgeOpsError("--measure-table measures the nodes of a MODEL (or 'sample'), not --op")
+        doc = measure_table(args.model, args.board, remeasure=args.remeasure,
+                            shapes=";".join(args.shapes) if args.shapes else None)
+        if args.json:
+            print_json(doc)
+        else:
+            _print_table(doc)
+        return 0
     one_of(args)
     if args.top < 1:
         raise EdgeOpsError(f"--top must be >= 1, got {args.top}")
@@ -194,3 +212,47 @@ def _print_model(doc: dict) -> None:
     for k in ("out", "plot"):
         if doc.get(k):
             c.print(f"wrote {e(doc[k])}")
+
+
+def measure_table(model, board: str = "host", *, remeasure: bool = False, shapes=None) -> dict:
+    """Measure (or read from the cache) the kernel table entries of every node of ``model``
+    that an edgeops kernel could take on ``board`` (only ``host``: this machine)."""
+    from edgeops import boards
+    from edgeops.lower import lower
+    from edgeops.lower.measure import MARGIN, KernelTable
+    b = boards.load(board)
+    if b.name != "host":
+        raise EdgeOpsError(f"board {b.name!r} is not this machine: only 'host' can be measured "
+                           f"here (a table for {b.name} has to be measured on it)")
+    if model == "sample":
+        from edgeops.sample import build_sample_model
+        model = build_sample_model()
+    table = KernelTable(b, remeasure=remeasure)
+    with progress_bar(True, "measuring kernels vs ONNX Runtime"):
+        lw = lower(model, b, mode="auto", shapes=shapes, measure=True, table=table)
+    rows = table.rows(table.used)
+    for r in rows:
+        e, o = r["edgeops_s"], r["ort_s"]
+        r["ratio"] = None if e is None or o is None or e == 0 else o / e
+        r["lowered"] = e is not None and o is not None and e < o * MARGIN
+    return {"board": b.name, "table": str(table.path), "machine": table.machine, "margin": MARGIN,
+            "entries": rows, "measured_now": len(table.measured_now),
+            "cached": len(rows) - len([k for k in table.measured_now if k in table.used]),
+            "lowered": [p.node for p in lw.lowered]}
+
+
+def _print_table(doc: dict) -> None:
+    from rich.markup import escape as e
+    from rich.table import Table
+    c = console()
+    t = Table(title=f"measured kernel table, {doc['board']} ({e(doc['machine']['fingerprint'])})")
+    for col in ("op / chain", "kernel", "signature", "edgeops", "ORT", "ORT/edgeops", "lowered"):
+        t.add_column(col, overflow="fold")
+    for r in doc["entries"]:
+        t.add_row(e("+".join(r["chain"])), e(r["kernel"]), e(r["signature"][:48]),
+                  fmt_s(r["edgeops_s"]) if r["edgeops_s"] != float("inf") else "failed",
+                  fmt_s(r["ort_s"]), f"{r['ratio']:.2f}x" if r["ratio"] else "-",
+                  "yes" if r["lowered"] else "")
+    c.print(t)
+    c.print(f"{doc['measured_now']} measured now, {doc['cached']} from {e(doc['table'])}; a kernel "
+            f"is used where it is at least {1 - doc['margin']:.0%} faster than ONNX Runtime")

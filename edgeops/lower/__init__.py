@@ -113,7 +113,7 @@ def measured_table(board) -> dict:
 
 def lower(model, board, *, mode: str = "auto", targets=None, shapes=None, plan: bool = True,
           budget: int = 20_000, cache=True, measured: dict | None = None,
-          measure: bool | None = None, exclude: dict | None = None) -> Lowering:
+          measure: bool | None = None, exclude: dict | None = None, table=None) -> Lowering:
     """Lower ``model`` (path, bytes or ModelProto) for ``board`` (name, path or Board).
 
     ``targets``: kernel targets in order of preference (default: the board's); ``reference``
@@ -123,6 +123,8 @@ def lower(model, board, *, mode: str = "auto", targets=None, shapes=None, plan: 
     ``measure``: time kernels against ONNX Runtime here under ``auto`` (default: on the ``host``
     board only, the one machine that is here). ``exclude``: {node name: why} kept in ONNX
     Runtime whatever the policy (compile puts nodes whose kernel failed its check here).
+    ``table``: the :class:`edgeops.lower.measure.KernelTable` to read and fill (default: this
+    machine's cached one, when measuring).
     """
     from edgeops import boards, graph
     from edgeops.passes import run_passes
@@ -147,8 +149,9 @@ def lower(model, board, *, mode: str = "auto", targets=None, shapes=None, plan: 
     fused = graph.load(fused_model, check=False)
     if measure is None:
         measure = board.name == "host"
-    table = None
-    if measure and mode == "auto" and board.kind != "npu":
+    if not (measure and mode == "auto" and board.kind != "npu"):
+        table = None
+    elif table is None:
         from edgeops.lower.measure import KernelTable
         table = KernelTable(board)
     src_nodes = {n.name: n for n in src.nodes}
@@ -169,5 +172,17 @@ def lower(model, board, *, mode: str = "auto", targets=None, shapes=None, plan: 
             chosen.append((n, p))
     out, extra = build(chosen, fused.model, src, ctx.opset, board.name)
     rows = [p for _n, p in chosen if p is not None] + [place(n, ctx) for n in extra]
-    return Lowering(board, mode, targets, rows, out, src.model,
-                    report.as_dict() if report else {})
+    lw = Lowering(board, mode, targets, rows, out, src.model, report.as_dict() if report else {})
+    if table is not None and lw.lowered:
+        # each lowered node won alone; the package must also win as a whole, else it is
+        # ONNX Runtime's own graph (never slower than ORT where this machine can tell)
+        from edgeops.lower.measure import MARGIN
+        whole = table.whole_model(src.model, out)
+        if whole is not None and not whole[0] < whole[1] * MARGIN:
+            said = (f"whole model measured on {board.name}: package {whole[0] * 1e3:.3f} ms vs "
+                    f"ORT {whole[1] * 1e3:.3f} ms, so no node is lowered")
+            kept = {p.node: f"{said} (this node alone: {p.reason})" for p in lw.lowered}
+            return lower(model, board, mode=mode, targets=targets, shapes=shapes, plan=plan,
+                         budget=budget, cache=cache, measured=measured, measure=measure,
+                         exclude={**dict(exclude or {}), **kept}, table=table)
+    return lw

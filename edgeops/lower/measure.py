@@ -1,18 +1,27 @@
 """The measured kernel table of the machine edgeops runs on (board ``host``).
 
 For a node, or a fused chain, and the kernel lowering would give it: the median time of that
-kernel through ONNX Runtime's custom-op bridge, against ONNX Runtime's own execution of the
-original node(s) — each a one-node session on this machine with the node's real weights and
-shapes. Entries are cached in ``$EDGEOPS_CACHE_DIR/kernels/`` (default ``~/.cache/edgeops``) per
-board file hash (for ``host`` that includes the measured figures) and edgeops version.
+kernel through ONNX Runtime's custom-op bridge (a session as a package makes it: Python dispatch,
+the GIL, a copy of each tensor each way), against ONNX Runtime's own execution of the original
+node(s) (ORT_ENABLE_ALL, its own fusions included) — each a one-node session on this machine with
+the node's real weights and shapes, timed in interleaved blocks so that load on shared cores hits
+both alike. Like TensorRT's timing cache, an entry is keyed by what was timed: kernel id and the
+op's exact signature (op, shapes, attributes — the shape class is the exact shape; a model with
+other shapes is measured again), and the file by what makes the figures valid: the machine
+(``edgeops.boards.host`` fingerprint: arch, CPU model, cores), edgeops, ONNX Runtime and Numba
+versions. It lives in ``<edgeops cache>/kernels/host-<key>.json`` (``$EDGEOPS_CACHE_DIR``, else
+``~/.cache/edgeops``), is filled at the first ``edgeops compile --board host`` that meets a node
+(or ahead of time by ``edgeops tune MODEL --board host --measure-table``), and is read by the
+lowering policy, whose placement reason then says "measured on host: x ms vs ORT y ms".
 
-Why measure: every call through the bridge pays Python dispatch, the GIL and a copy of each
-tensor each way — tens of microseconds here, far above the simulator's launch figure — so only a
-measurement says whether a small node is worth lowering. Only the ``host`` board can be
-measured; other boards would need a table measured on them.
+Why measure: every call through the bridge costs tens of microseconds here, far above the
+simulator's launch figure, so only a measurement says whether a node is worth lowering. Only the
+``host`` board can be measured; another board needs a table measured on it.
 """
 from __future__ import annotations
 
+import functools
+import hashlib
 import json
 import os
 import time
@@ -20,43 +29,121 @@ from pathlib import Path
 
 import numpy as np
 
-VERSION = 1
+VERSION = 2
+# lower only when edgeops is measured at least this much faster: one-node timings on a shared
+# machine wobble by a few percent, and a wrong "faster" costs every run of the package
+MARGIN = 0.9
+
+
+@functools.lru_cache(maxsize=1)
+def _machine() -> str:
+    return json.dumps(machine_uncached(), sort_keys=True)
+
+
+def machine() -> dict:
+    """What the table's figures depend on, besides the kernels themselves."""
+    return json.loads(_machine())
+
+
+def machine_uncached() -> dict:
+    import onnxruntime
+    from edgeops import __version__
+    try:
+        from edgeops.boards import host
+        fp = host.detect().fingerprint
+    except Exception:  # noqa: BLE001  (not Linux: the platform string is what there is)
+        import platform
+        fp = f"{platform.machine()}|{platform.processor()}|{os.cpu_count()}c"
+    try:
+        import numba
+        nb = numba.__version__
+    except ImportError:
+        nb = None
+    return {"fingerprint": fp, "edgeops": __version__, "onnxruntime": onnxruntime.__version__,
+            "numba": nb}
+
+
+def _cache_root() -> Path:
+    root = os.environ.get("EDGEOPS_CACHE_DIR")
+    return Path(root) if root else Path.home() / ".cache" / "edgeops"
 
 
 def cache_path(board) -> Path:
-    root = os.environ.get("EDGEOPS_CACHE_DIR")
-    base = Path(root) if root else Path.home() / ".cache" / "edgeops"
-    return base / "kernels" / f"{board.name}-{(getattr(board, 'file_sha256', '') or 'nohash')[:16]}.json"
+    """The table file of ``board`` on this machine (host: keyed by :func:`machine`; another
+    board by its file hash, for a table measured on that board and copied here)."""
+    key = json.dumps(machine(), sort_keys=True) if board.name == "host" else \
+        (getattr(board, "file_sha256", "") or "nohash")
+    return _cache_root() / "kernels" / f"{board.name}-{hashlib.sha256(key.encode()).hexdigest()[:16]}.json"
 
 
 class KernelTable:
     """``get(node, kernel, originals, key) -> (edgeops s, ONNX Runtime s) | None``, measured on
-    first use and cached."""
+    first use and cached; ``rows()`` for reports."""
 
-    def __init__(self, board, path: Path | None = None):
-        from edgeops import __version__
+    def __init__(self, board, path: Path | None = None, remeasure: bool = False):
+        self.board = board.name
         self.path = path or cache_path(board)
-        self._version = __version__
-        self.entries: dict[str, list] = {}
+        self.machine = machine()
+        self.entries: dict[str, dict] = {}
+        self.measured_now: list[str] = []
+        self.used: list[str] = []           # keys read through get(), in order
+        if remeasure:
+            return
         try:
             doc = json.loads(self.path.read_text())
-            if doc.get("version") == VERSION and doc.get("edgeops_version") == __version__:
+            if doc.get("version") == VERSION and doc.get("machine") == self.machine:
                 self.entries = doc["entries"]
         except (OSError, ValueError, KeyError, AttributeError):
-            pass      # no table yet, or one from another edgeops: measure again
+            pass      # no table yet, or one from another machine or edgeops: measure again
 
     def get(self, node, kernel, originals, key: str):
         hit = self.entries.get(key)
+        if key not in self.used:
+            self.used.append(key)
         if hit is None:
-            hit = self.entries[key] = measure(node, kernel, originals)
+            t = measure(node, kernel, originals)
+            hit = self.entries[key] = {
+                "kernel": kernel.name, "op": node.op_type if not node.domain else
+                f"{node.domain}::{node.op_type}",
+                "chain": [n.op_type for n in originals] or [node.op_type],
+                "signature": key.split("|", 1)[-1],
+                "edgeops_s": None if t is None else t[0], "ort_s": None if t is None else t[1],
+                "measured_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+            self.measured_now.append(key)
             self._save()
-        return None if hit is None or None in hit else tuple(hit)
+        e, o = hit.get("edgeops_s"), hit.get("ort_s")
+        return None if e is None or o is None else (e, o)
+
+    def whole_model(self, source, lowered):
+        """(package s, ONNX Runtime s) for the whole lowered model against the original, or None
+        when either cannot run. A node measured alone misses what a custom node costs the rest
+        of the graph: the session settings the bridge needs (no spinning, sequential) and the
+        ONNX Runtime fusions and layout changes it interrupts."""
+        key = "model|" + hashlib.sha256(lowered.SerializeToString(deterministic=True)).hexdigest()[:32]
+        hit = self.entries.get(key)
+        if hit is None:
+            t = measure_model(source, lowered)
+            hit = self.entries[key] = {"edgeops_s": None if t is None else t[0],
+                                       "ort_s": None if t is None else t[1],
+                                       "measured_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+            self._save()
+        e, o = hit.get("edgeops_s"), hit.get("ort_s")
+        return None if e is None or o is None else (e, o)
+
+    def rows(self, keys=None) -> list[dict]:
+        return [{"key": k, **self.entries[k]} for k in (keys if keys is not None else sorted(self.entries))
+                if k in self.entries]
 
     def _save(self) -> None:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             tmp = self.path.with_suffix(f".tmp{os.getpid()}")
-            tmp.write_text(json.dumps({"version": VERSION, "edgeops_version": self._version,
+            tmp.write_text(json.dumps({"version": VERSION, "board": self.board,
+                                       "machine": self.machine, "margin": MARGIN,
+                                       "how": "median per run: the edgeops kernel in a one-node "
+                                              "session through the custom-op bridge vs ONNX "
+                                              "Runtime (ORT_ENABLE_ALL) on the original node(s), "
+                                              "interleaved blocks",
                                        "entries": self.entries}, indent=1, sort_keys=True))
             os.replace(tmp, self.path)
         except OSError:
@@ -80,15 +167,31 @@ def measure(node, kernel, originals) -> list | None:
     except _CannotCut:
         return None
     try:
-        t_theirs = _median(_ort_session(m_theirs), feeds)
+        theirs_s = _ort_session(m_theirs)
+        theirs_s.run(None, feeds)
     except Exception:  # noqa: BLE001  (ONNX Runtime's own errors have no common base)
         return None
     try:
         from edgeops.ort import session
-        t_ours = _median(session(m_ours, target=kernel.target), feeds)
+        ours_s = session(m_ours, target=kernel.target)
+        ours_s.run(None, feeds)     # Numba loads or compiles here; a failing kernel raises
     except EdgeOpsError:
-        t_ours = float("inf")
-    return [t_ours, t_theirs]
+        return [float("inf"), _medians([theirs_s], feeds)[0]]
+    return _medians([ours_s, theirs_s], feeds)
+
+
+def measure_model(source, lowered) -> list | None:
+    """[package s, ONNX Runtime s] on seeded random inputs, the package as Package.session runs
+    it, ONNX Runtime with its defaults; None when either fails (the package check reports it)."""
+    from edgeops.ort import session
+    from edgeops.package import random_inputs
+    try:
+        feeds = random_inputs(source)
+        ours = session(lowered, target="reference")
+        theirs = _ort_session(source)
+        return _medians([ours, theirs], feeds, budget_s=0.5)
+    except Exception:  # noqa: BLE001  (ONNX Runtime's and kernels' errors have no common base)
+        return None
 
 
 class _CannotCut(Exception):
@@ -144,14 +247,23 @@ def _ort_session(m):
     return ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
 
 
-def _median(sess, feeds, budget_s: float = 0.03, runs: tuple[int, int] = (3, 30)) -> float:
-    names = [o.name for o in sess.get_outputs()]
-    for _ in range(2):                 # warm-up: Numba loads or compiles here
-        sess.run(names, feeds)
-    times: list[float] = []
-    end = time.perf_counter() + budget_s
-    while len(times) < runs[0] or (time.perf_counter() < end and len(times) < runs[1]):
-        t0 = time.perf_counter()
-        sess.run(names, feeds)
-        times.append(time.perf_counter() - t0)
-    return float(np.median(times))
+def _medians(sessions, feeds, budget_s: float = 0.06, blocks: int = 6,
+             runs: tuple[int, int] = (3, 60)) -> list[float]:
+    """Median seconds per run of each session, timed in alternating blocks (each side warm and
+    back to back within a block, the drift of a shared machine spread over all of them)."""
+    names = [[o.name for o in s.get_outputs()] for s in sessions]
+    for s, n in zip(sessions, names):
+        s.run(n, feeds)
+    t0 = time.perf_counter()
+    sessions[0].run(names[0], feeds)
+    one = max(time.perf_counter() - t0, 1e-6)
+    per = int(min(max(runs[0], budget_s / (one * len(sessions) * blocks)), runs[1] // blocks + 1))
+    times: list[list[float]] = [[] for _ in sessions]
+    for _ in range(blocks):
+        for s, n, ts in zip(sessions, names, times):
+            s.run(n, feeds)           # warm after the other side ran
+            for _ in range(per):
+                t = time.perf_counter()
+                s.run(n, feeds)
+                ts.append(time.perf_counter() - t)
+    return [float(np.median(ts)) for ts in times]

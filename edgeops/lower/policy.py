@@ -41,8 +41,18 @@ def place(n, ctx, fused=()) -> Placement:
         p.reason = f"NPU: every supported node is lowered; {why}"
     else:
         ours, theirs, src = _compare(n, k, sig, lat, peer, fused, ctx)
-        if src.startswith("measured"):
+        if src == "measured":
+            from edgeops.lower.measure import MARGIN
             p.measured_s, p.measured_peer_s = ours, theirs
+            said = f"measured on {ctx.board.name}: {_ms(ours)} vs ORT {_ms(theirs)}"
+            if ours < theirs * MARGIN:
+                p.reason = f"{k.name} faster, {said}"
+                return p
+            q = stay(f"ONNX Runtime kept, {said}" + (
+                f" ({k.name} is not {1 - MARGIN:.0%} faster)" if ours < theirs else ""),
+                (ours, theirs))
+            q.signature = sig
+            return q
         if ours is not None and theirs is not None and ours < theirs:
             p.reason = f"{k.name} {src} faster: {_us(ours)} vs ONNX Runtime {_us(theirs)}"
             return p
@@ -63,7 +73,7 @@ def _compare(n, k, sig, lat, peer, fused, ctx):
     if m is None and ctx.table is not None:
         m = ctx.table.get(n, k, [ctx.src_nodes[s] for s in fused], f"{k.name}|{sig}")
     if m is not None:
-        return m[0], m[1], f"measured on {ctx.board.name}"
+        return m[0], m[1], "measured"
     return lat, peer, "predicted"
 
 
@@ -76,7 +86,10 @@ def unfuse(p: Placement, originals, ctx) -> list:
     for i, sn in enumerate(sorted(originals, key=lambda x: x.index)):
         if ctx.mode == "auto" and ctx.board.kind != "npu":
             q = Placement(sn.name, sn.op_type, None, None, "", p.peer_latency_s if i == 0 else 0.0,
-                          None, p.peer_latency_s if i == 0 else 0.0)
+                          None, p.peer_latency_s if i == 0 else 0.0,
+                          signature=p.signature if i == 0 else None,
+                          measured_s=p.measured_s if i == 0 else None,
+                          measured_peer_s=p.measured_peer_s if i == 0 else None)
         else:
             q = place(sn, ctx)
         q.reason = f"unfused from {p.op} {p.node!r} ({p.reason})" + (f"; {q.reason}" if q.reason else "")
@@ -223,6 +236,10 @@ def _accepts_tiling(k, tiling) -> bool | str:
 
 def _us(s: float) -> str:
     return f"{s * 1e6:.1f} us"
+
+
+def _ms(s: float) -> str:
+    return "failed" if s == float("inf") else f"{s * 1e3:.3f} ms"
 
 
 def _graph_outputs(n) -> set:

@@ -28,7 +28,9 @@ inputs with an empty fp32 placeholder, carries attributes exactly, and checks ke
 JSON and attributes with clear errors, because at run time a Python exception inside a custom op
 aborts the process (pybind11's error escapes the bridge). The op function therefore never
 raises: it records the error and returns NaN outputs; :func:`session`'s ``run`` raises it, or
-:func:`raise_errors` in your own session.
+:func:`raise_errors` in your own session. A package's session follows its manifest's fallback
+rules instead: a failing kernel runs the op's numpy reference for that call, warned once per node
+and counted in :func:`fallback_counts` (:mod:`edgeops.ort.fallback`).
 
 Dtypes. The bridge aborts on fp16 tensors, so ai.edgeops nodes are declared fp32 (ONNX Runtime
 refuses an fp16 input when the session is made); a kernel that computes in fp16 gets its inputs
@@ -58,6 +60,7 @@ from edgeops.ort.bridge import (declare_ops, install_fast_hook, raise_errors, se
                                 take_errors)
 from edgeops.ort.dispatch import (DISPATCH_ATTR, LOWERABLE_STANDARD_OPS, KernelRuntimeError,
                                   OrtIntegrationError, make_spec, opdef_for, resolve)
+from edgeops.ort.fallback import fallback_counts, reset_fallback_counts
 
 PLACEHOLDER = "edgeops.absent"
 _TARGET_KEY, _DONE_KEY = "edgeops.target", "edgeops.registered"
@@ -126,17 +129,21 @@ def register(session_options=None, target: str = "reference", *, threads: int | 
     return so
 
 
-def prepare(model, target: str | None = None, *, session_options=None):
+def prepare(model, target: str | None = None, *, session_options=None, fallback: dict | None = None):
     """A copy of ``model`` (ModelProto) whose ai.edgeops nodes carry the dispatch attribute and
     all their inputs, ready for a session registered with :func:`register`. ``target``: explicit,
-    else the one ``session_options`` was registered with, else ``reference``. Raises
-    OrtIntegrationError / OpDefinitionError / KernelNotFoundError naming the node."""
+    else the one ``session_options`` was registered with, else ``reference``. ``fallback``: what
+    a node does when its kernel fails (a package manifest's ``runtime.fallback``, see
+    :mod:`edgeops.ort.fallback`; default: record the failure, NaN outputs, raise after run).
+    Raises OrtIntegrationError / OpDefinitionError / KernelNotFoundError naming the node."""
     import onnx
     from onnx import helper, numpy_helper
     from edgeops.ops import EDGEOPS_DOMAIN
     from edgeops.registry import load_targets
     if target is None:
         target = (_entry(session_options, _TARGET_KEY) if session_options is not None else None) or "reference"
+    from edgeops.ort.fallback import rules
+    fb = rules(fallback)
     load_targets()
     m = onnx.ModelProto()
     m.CopyFrom(model)
@@ -161,7 +168,7 @@ def prepare(model, target: str | None = None, *, session_options=None):
                                       f"{od.max_inputs} inputs, got {len(n.input)}")
         present = [bool(x) for x in n.input] + [False] * (od.max_inputs - len(n.input))
         attrs = od.parse_attrs(raw, where)
-        spec = make_spec(od, where, target, kernel, tiling, attrs, present, board)
+        spec = make_spec(od, where, target, kernel, tiling, attrs, present, board, fb)
         resolve(spec)    # every check now, before ONNX Runtime holds the node
         if not all(present):
             if placeholder is None:
@@ -195,10 +202,11 @@ def _load(src):
 
 
 def session(model_or_path, target: str = "reference", providers: Sequence[str] | None = None, *,
-            threads: int | None = None, session_options=None):
+            threads: int | None = None, session_options=None, fallback: dict | None = None):
     """An ``onnxruntime.InferenceSession`` for a model (ModelProto, bytes, .onnx path or package
-    directory) with edgeops' ops registered and the model prepared for ``target``. Its ``run``
-    raises KernelRuntimeError when a kernel failed during that run."""
+    directory) with edgeops' ops registered and the model prepared for ``target`` (and the
+    ``fallback`` rules, see :func:`prepare`). Its ``run`` raises KernelRuntimeError when a
+    kernel failed during that run (and no fallback rule covered it)."""
     model = _load(model_or_path)
     providers = list(providers or ["CPUExecutionProvider"])
     from edgeops.ops import EDGEOPS_DOMAIN
@@ -211,9 +219,10 @@ def session(model_or_path, target: str = "reference", providers: Sequence[str] |
             so.intra_op_num_threads = int(threads)
         return session_class()(model.SerializeToString(), so, providers=providers)
     so = register(session_options, target, threads=threads)
-    model = prepare(model, target)
+    model = prepare(model, target, fallback=fallback)
     return session_class()(model.SerializeToString(), so, providers=providers)
 
 
 __all__ = ["DISPATCH_ATTR", "LOWERABLE_STANDARD_OPS", "KernelRuntimeError", "OrtIntegrationError",
-           "install_fast_hook", "opdef_for", "prepare", "raise_errors", "register", "session", "take_errors"]
+           "fallback_counts", "install_fast_hook", "opdef_for", "prepare", "raise_errors", "register",
+           "reset_fallback_counts", "session", "take_errors"]

@@ -69,11 +69,14 @@ class _Dispatch:
     attrs: dict
     present: tuple[bool, ...]
     board: str | None = None    # the board the node was lowered for
+    kernel_error: str = "error"  # edgeops.ort.fallback: "reference" or "error"
+    nan_guard: bool = False
 
     def __post_init__(self):
         self._by_shape: dict = {}
         self._trim = len(self.present) - self.present[::-1].index(True)   # omitted trailing inputs
         self._all = all(self.present[:self._trim])
+        self._reference = f"reference.{self.od.name}"     # the op's numpy reference kernel
 
     def call(self, inputs):
         xs = list(inputs[:self._trim]) if self._all else [
@@ -84,17 +87,45 @@ class _Dispatch:
             k = self._by_shape.get(key)
             if k is None:
                 k = self._by_shape[key] = _choose_kernel(self.od, self.target, self.attrs, xs, self.node)
+        try:
+            outs = self._run(k, xs)
+        except Exception as e:  # noqa: BLE001  (any kernel failure is what the rule is about)
+            if self.kernel_error != "reference" or k.name == self._reference:
+                raise
+            from edgeops.ort.fallback import record
+            record(self.node, k.name, f"raised {type(e).__name__}: {e}")
+            outs = self.od.run(xs, self.attrs, self.node)
+        else:
+            if self.nan_guard and k.name != self._reference and not _finite(outs) and _finite(xs):
+                from edgeops.ort.fallback import record
+                record(self.node, k.name, "returned NaN/Inf from finite inputs")
+                outs = self.od.run(xs, self.attrs, self.node)
+        if len(outs) == 1:
+            o = outs[0]
+            # the bridge copies the array into ONNX Runtime's buffer: hand it over as it is
+            return o if o.dtype == np.float32 and o.flags.c_contiguous else \
+                np.ascontiguousarray(o, dtype=np.float32)
+        return tuple(np.ascontiguousarray(o, dtype=np.float32) for o in outs)
+
+    def _run(self, k, xs):
         if "fp32" not in k.dtypes and "fp16" in k.dtypes:   # fp16 lives inside the call
             xs = [x if x is None else x.astype(np.float16) for x in xs]
         kw = {} if self.tiling is None else {"tiling": self.tiling}
         if self.board is not None and _takes(k.fn, "board"):
             kw["board"] = self.board
         outs = k.fn(xs, self.attrs, **kw)
-        if isinstance(outs, np.ndarray):
-            outs = [outs]
-        if len(outs) == 1:
-            return np.ascontiguousarray(outs[0], dtype=np.float32)
-        return tuple(np.ascontiguousarray(o, dtype=np.float32) for o in outs)
+        return [outs] if isinstance(outs, np.ndarray) else outs
+
+
+def _finite(arrays) -> bool:
+    """All elements finite; a sum is the fast test (a non-finite element makes it non-finite),
+    the exact one runs only when the sum overflowed or is not finite."""
+    for a in arrays:
+        if a is None or a.dtype.kind != "f" or a.size == 0:
+            continue
+        if not np.isfinite(a.sum(dtype=np.float64)) and not np.isfinite(a).all():
+            return False
+    return True
 
 
 _takes_cache: dict = {}
@@ -126,15 +157,18 @@ def _choose_kernel(od, target, attrs, xs, node):
 
 
 def make_spec(od, node: str, target: str, kernel: str | None, tiling: str | None, attrs: dict,
-              present: list[bool], board: str | None = None) -> str:
+              present: list[bool], board: str | None = None, fallback: dict | None = None) -> str:
     """The dispatch attribute's value (floats as JSON numbers: exact, unlike the bridge's own
-    attribute printing). ``board``: the board the node was lowered for (absent when None)."""
+    attribute printing). ``board``: the board the node was lowered for (absent when None).
+    ``fallback``: run-time rules from :func:`edgeops.ort.fallback.rules` (absent when None)."""
     d = {"format": FORMAT, "op": od.name, "domain": od.domain, "node": node,
          "target": target, "kernel": kernel, "tiling": tiling,
          "attrs": {a: list(v) if isinstance(v, tuple) else v for a, v in attrs.items()},
          "present": present}
     if board is not None:
         d["board"] = board
+    if fallback is not None:
+        d["fallback"] = fallback
     return json.dumps(d, sort_keys=True)
 
 
@@ -179,7 +213,13 @@ def _parse(spec: str) -> _Dispatch:
     board = d.get("board")
     if board is not None and not isinstance(board, str):
         raise OrtIntegrationError(f"node {node!r}: {DISPATCH_ATTR} board {board!r} is not a name")
-    return _Dispatch(od, node, target, kernel, tiling, attrs, tuple(d["present"]), board)
+    from edgeops.ort.fallback import DEFAULT, rules
+    try:
+        fb = rules(d.get("fallback")) or DEFAULT
+    except OrtIntegrationError as e:
+        raise OrtIntegrationError(f"node {node!r}: {e}") from None
+    return _Dispatch(od, node, target, kernel, tiling, attrs, tuple(d["present"]), board,
+                     fb["kernel_error"], fb["nan_guard"])
 
 
 def _tiling(text, node, kernel):

@@ -1,0 +1,109 @@
+"""The measured kernel table of ``host`` (edgeops.lower.measure): one file per machine and
+versions, filled by ``edgeops tune --measure-table`` or the first compile, read by the policy;
+and the whole-model check that keeps a package from being slower than ONNX Runtime."""
+import json
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper
+
+from edgeops import boards
+from edgeops.errors import EdgeOpsError
+from edgeops.lower import lower, measure
+
+SHAPE = [3, 37, 29]
+
+
+def _chain():
+    """LayerNorm + exact GELU in its decomposed form: a fused chain the passes find."""
+    from onnx import numpy_helper
+    rng = np.random.default_rng(5)
+    d = SHAPE[-1]
+    inits = [numpy_helper.from_array(rng.uniform(.5, 1.5, d).astype(np.float32), "s"),
+             numpy_helper.from_array(rng.uniform(-.5, .5, d).astype(np.float32), "b"),
+             numpy_helper.from_array(np.array(2 ** -.5, np.float32), "r2"),
+             numpy_helper.from_array(np.array(1, np.float32), "one"),
+             numpy_helper.from_array(np.array(.5, np.float32), "half")]
+    nodes = [helper.make_node("LayerNormalization", ["x", "s", "b"], ["ln"], name="ln", axis=-1),
+             helper.make_node("Mul", ["ln", "r2"], ["t"], name="g.mul"),
+             helper.make_node("Erf", ["t"], ["e"], name="g.erf"),
+             helper.make_node("Add", ["e", "one"], ["e1"], name="g.add"),
+             helper.make_node("Mul", ["ln", "e1"], ["m"], name="g.mul2"),
+             helper.make_node("Mul", ["m", "half"], ["y"], name="g.half")]
+    g = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, SHAPE)],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, SHAPE)], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 20)], ir_version=9)
+
+
+class _Table:
+    """A table whose figures the test chooses: every node wins alone; the whole model as given."""
+    def __init__(self, whole):
+        self.whole, self.asked = whole, []
+
+    def get(self, node, kernel, originals, key):
+        return (1e-6, 1e-3)
+
+    def whole_model(self, source, lowered):
+        self.asked.append(sum(n.domain == "ai.edgeops" for n in lowered.graph.node))
+        return self.whole
+
+
+def _check(lw, x):
+    want = ort.InferenceSession(lw.source.SerializeToString()).run(None, {"x": x})[0]
+    import edgeops.ort as eort
+    got = eort.session(lw.model).run(None, {"x": x})[0]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+
+
+def test_nodes_that_win_alone_are_dropped_when_the_whole_model_loses():
+    x = np.random.default_rng(1).standard_normal(SHAPE).astype(np.float32)
+    won = lower(_chain(), "host", measure=True, table=_Table((1e-4, 1e-3)))
+    assert won.lowered and all("faster, measured on host: 0.001 ms vs ORT 1.000 ms" in p.reason
+                               for p in won.lowered)
+    t = _Table((2e-3, 1e-3))
+    lost = lower(_chain(), "host", measure=True, table=t)
+    assert not lost.lowered and t.asked == [len(won.lowered)]        # checked once, then none
+    assert any("whole model measured on host: package 2.000 ms vs ORT 1.000 ms" in p.reason
+               for p in lost.placements)
+    assert not any(n.domain for n in lost.model.graph.node)
+    _check(won, x)
+    _check(lost, x)
+
+
+def test_margin_keeps_onnx_runtime_on_a_near_tie():
+    class Tie(_Table):
+        def get(self, *a):
+            return (0.95e-3, 1e-3)
+    lw = lower(_chain(), "host", measure=True, table=Tie(None))
+    assert not lw.lowered
+    assert any("ONNX Runtime kept, measured on host: 0.950 ms vs ORT 1.000 ms" in p.reason
+               and "10% faster" in p.reason for p in lw.placements)
+
+
+def test_table_file_is_per_machine_and_versions(monkeypatch):
+    host = boards.load("host")
+    here = measure.cache_path(host)
+    assert here.parent.name == "kernels" and here.name.startswith("host-")
+    other = {**measure.machine(), "onnxruntime": "0.0.0"}
+    monkeypatch.setattr(measure, "_machine", lambda: json.dumps(other, sort_keys=True))
+    assert measure.cache_path(host) != here
+
+
+def test_tune_measure_table_fills_the_file_the_policy_reads(monkeypatch):
+    from edgeops.cli.tune import measure_table
+    doc = measure_table(_chain(), "host", remeasure=True)
+    assert doc["measured_now"] >= 1 and doc["entries"]
+    for e in doc["entries"]:
+        assert e["edgeops_s"] > 0 and e["ort_s"] > 0 and e["chain"] and e["kernel"]
+    saved = json.loads(open(doc["table"]).read())
+    assert saved["machine"] == measure.machine() and set(saved["entries"]) >= {e["key"] for e in doc["entries"]}
+    # compile reads it: nothing is measured again, the reasons quote the figures
+    monkeypatch.setattr(measure, "measure", lambda *a: pytest.fail("measured again"))
+    lw = lower(_chain(), "host")
+    rows = [p for p in lw.placements if p.measured_s is not None]
+    assert rows and all("measured on host: " in p.reason and " ms vs ORT " in p.reason for p in rows)
+    again = measure_table(_chain(), "host")
+    assert again["measured_now"] == 0 and again["cached"] == len(again["entries"])
+    with pytest.raises(EdgeOpsError, match="only 'host' can be measured"):
+        measure_table(_chain(), "rpi5")
