@@ -1,4 +1,5 @@
-"""Board-side agent: ``python -m edgeops.board info|status|verify|activate|rollback|run|smoke|...``.
+"""Board-side agent: ``python -m edgeops.board info|status|verify|activate|rollback|run|smoke|
+clean|bench|doctor|...`` (bench: :mod:`edgeops.bench`, doctor: :mod:`edgeops.doctor`).
 
 It runs on the board (through a transport: a local directory, ssh) and prints one JSON document
 on stdout per command; a user error is one line on stderr and exit status 2; a failed smoke test
@@ -22,11 +23,15 @@ import sys
 import time
 from pathlib import Path
 
+_STARTED = time.perf_counter()     # bench's cold start counts from the agent's start
 CURRENT, PREVIOUS = "current", "previous"
-NEEDS = {  # import name -> install hint (the board's own wheels; deploy does not push them)
-    "numpy": "pip install numpy", "numba": "pip install numba",
-    "onnxruntime": "pip install onnxruntime",
-    "onnxruntime_extensions": "pip install onnxruntime-extensions", "onnx": "pip install onnx"}
+# import name -> (distribution, minimum version), as pyproject.toml requires them: the board's
+# own wheels (deploy pushes edgeops only, and says how to install what is missing)
+REQUIRES = {"numpy": ("numpy", "1.24"), "numba": ("numba", "0.59"),
+            "onnxruntime": ("onnxruntime", "1.17"),
+            "onnxruntime_extensions": ("onnxruntime-extensions", "0.12"), "onnx": ("onnx", "1.16")}
+NEEDS = {m: f"pip install '{d}>={v}'" for m, (d, v) in REQUIRES.items()}
+PYTHON_MIN = (3, 10)
 
 
 class BoardError(Exception):
@@ -67,10 +72,46 @@ def _mem_available():
 
 def status(root) -> dict:
     root = Path(root)
+    now = time.time()
+    staging = sorted(root.glob("staging-*")) if root.is_dir() else []
+    lib = root / ".edgeops" / "lib"
     return {"root": str(root), "current": _target(root / CURRENT),
             "previous": _target(root / PREVIOUS),
             "installed": sorted(p.name for p in root.glob("pkg-*")) if root.is_dir() else [],
-            "staging": sorted(p.name for p in root.glob("staging-*")) if root.is_dir() else []}
+            "staging": [p.name for p in staging],
+            "staging_idle_s": {p.name: round(now - _touched(p), 1) for p in staging},
+            "pushed_edgeops": _target(lib) if lib.is_symlink() else None}
+
+
+def _touched(d: Path) -> float:
+    """When anything in ``d`` last changed (an upload in progress keeps touching it)."""
+    t = 0.0
+    for p in [d, *d.rglob("*")]:
+        try:
+            t = max(t, p.lstat().st_mtime)
+        except OSError:
+            pass
+    return t
+
+
+def clean(root, older_than: float = 0) -> dict:
+    """Remove what dead deploys left: ``staging-*`` directories and pushes untouched for
+    ``older_than`` seconds, half-made links. Packages and the current/previous links stay."""
+    root = Path(root)
+    removed = []
+    if root.is_dir():
+        now = time.time()
+        leftovers = [*root.glob("staging-*"), *root.glob(".edgeops/push-*"),
+                     *root.glob(".edgeops/lib-*.tmp-*")]
+        for p in leftovers:
+            if p.is_dir() and not p.is_symlink() and now - _touched(p) >= older_than:
+                shutil.rmtree(p, ignore_errors=True)
+                removed.append(str(p.relative_to(root)))
+        for p in [*root.glob(f".{CURRENT}.tmp-*"), *root.glob(f".{PREVIOUS}.tmp-*")]:
+            if p.is_symlink() and now - p.lstat().st_mtime >= older_than:
+                os.unlink(p)
+                removed.append(p.name)
+    return status(root) | {"removed": sorted(removed)}
 
 
 def verify(path) -> dict:
@@ -253,6 +294,17 @@ def main(argv=None) -> int:
     s.add_argument("--out")
     s.add_argument("--runs", type=int, default=1)
     sub.add_parser("smoke").add_argument("root")
+    s = sub.add_parser("clean")
+    s.add_argument("root")
+    s.add_argument("--older-than", type=float, default=0)
+    s = sub.add_parser("bench")
+    s.add_argument("root")
+    s.add_argument("--runs", type=int, default=20)
+    s.add_argument("--profile-runs", type=int, default=3)
+    s = sub.add_parser("doctor")
+    s.add_argument("root")
+    s.add_argument("--expect-version")
+    s.add_argument("--runs", type=int, default=20)
     a = ap.parse_args(argv)
     from edgeops.errors import EdgeOpsError
     try:
@@ -263,13 +315,26 @@ def main(argv=None) -> int:
                "deactivate": lambda: deactivate(a.root),
                "rollback": lambda: rollback(a.root), "remove": lambda: remove(a.root, a.name),
                "run": lambda: run(a.root, a.inputs, a.out, a.runs),
-               "smoke": lambda: smoke(a.root)}[a.cmd]()
+               "smoke": lambda: smoke(a.root),
+               "clean": lambda: clean(a.root, a.older_than),
+               "bench": lambda: _bench(a.root, a.runs, a.profile_runs),
+               "doctor": lambda: _doctor(a.root, a.expect_version, a.runs)}[a.cmd]()
     except (BoardError, EdgeOpsError, OSError) as e:
         print(f"edgeops.board {a.cmd}: error: {' '.join(str(e).split())}", file=sys.stderr)
         return 2
     json.dump(doc, sys.stdout, default=_jsonable)
     sys.stdout.write("\n")
     return 1 if a.cmd == "smoke" and not doc["ok"] else 0
+
+
+def _bench(root, runs, profile_runs):
+    from edgeops.bench import bench_here
+    return bench_here(_current(root), runs=runs, profile_runs=profile_runs, started=_STARTED)
+
+
+def _doctor(root, expect_version, runs):
+    from edgeops.doctor import checks_here
+    return checks_here(root, expect_version=expect_version, runs=runs)
 
 
 def _jsonable(o):

@@ -12,7 +12,7 @@ from edgeops.errors import EdgeOpsError
 
 # explicit list of subcommand modules (edgeops/cli/<name>.py), in --help order
 COMMANDS = ["demo", "inspect", "ops", "boards", "tune", "simulate", "sweep", "compile", "run", "quantize",
-            "inspect_kernel", "deploy"]
+            "inspect_kernel", "deploy", "serve", "infer", "bench", "doctor", "keygen"]
 
 
 class _Parser(argparse.ArgumentParser):

@@ -40,17 +40,35 @@ def add(sub):
     p.add_argument("--no-verify", action="store_true",
                    help="do not run the lowered model here before writing the package")
     p.add_argument("--force", action="store_true", help="replace an existing package at PKG")
+    p.add_argument("--quantize", metavar="DATA", help="INT8-quantize first (QDQ, then int8 "
+                   "kernels), calibrated on DATA: .npz, folder of .npy/images, or 'random[:N]'")
+    p.add_argument("--method", default="minmax", choices=("minmax", "percentile", "entropy", "mse"),
+                   help="calibration method for --quantize")
+    p.add_argument("--sign", metavar="KEY", help="sign the package with this ed25519 private "
+                   "key (edgeops keygen); writes PKG/manifest.sig")
     p.add_argument("--json", action="store_true", help="one JSON document on stdout")
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
     show = None if args.json else print_placement
-    doc = compile_model(args.model, args.board, args.out, mode=args.lower,
+    key = None
+    if args.sign:       # a bad key fails before the work
+        from edgeops.signing import load_private_key, sign
+        key = load_private_key(args.sign)
+    model, qrep = args.model, None
+    if args.quantize:
+        from edgeops.quantize.chain import quantize_for_compile
+        model, qrep = quantize_for_compile(args.model, args.quantize, method=args.method)
+    doc = compile_model(model, args.board, args.out, mode=args.lower,
                         shapes=";".join(args.shapes) if args.shapes else None,
                         targets=args.targets.split(",") if args.targets else None,
                         force=args.force, verify=not args.no_verify, seed=args.seed,
                         threads=args.threads, plan=not args.no_tune, show=show)
+    if qrep is not None:
+        doc["quantization"] = {"method": qrep["method"], "end_to_end": qrep["end_to_end"]}
+    if key is not None:
+        doc["signature"] = sign(args.out, key)
     if args.json:
         print_json(doc)
     else:

@@ -1,6 +1,9 @@
-"""``edgeops deploy PKG --board NAME --to URI [--json]`` and ``edgeops deploy --rollback --to URI``:
-put a package on a board (``edgeops.deploy``), smoke-test it there, or go back to the previous
-one. :func:`edgeops.deploy.deploy` and :func:`edgeops.deploy.rollback` are the same in Python."""
+"""``edgeops deploy PKG --board NAME --to URI [--verify-key PUB] [--json]``, ``edgeops deploy
+--rollback|--status|--clean --to URI``: put a package on a board (``edgeops.deploy``), smoke-test
+it there, go back to the previous one, show what is on the board, or remove what dead deploys
+left (every staging directory: make sure no deploy to that board is running). A deploy itself
+removes staging directories untouched for 15 minutes. :func:`edgeops.deploy.deploy`,
+``rollback``, ``status`` and ``clean`` are the same in Python."""
 from __future__ import annotations
 
 from edgeops.cli.common import console, print_json
@@ -12,26 +15,49 @@ def add(sub):
     p.add_argument("package", metavar="PKG", nargs="?", help="package directory (edgeops compile)")
     p.add_argument("--board", help="board the package must have been compiled for")
     p.add_argument("--to", required=True, metavar="URI",
-                   help="local:/path or ssh://user@host:port/path")
+                   help="local:/path, ssh://user@host:port/path or "
+                        "qemu-arm64:/path/to/sysroot[:/board/dir]")
+    p.add_argument("--verify-key", metavar="PUB", help="refuse a package not signed by this "
+                   "ed25519 public key (edgeops keygen, compile --sign)")
     p.add_argument("--rollback", action="store_true", help="make the previous package current")
+    p.add_argument("--status", action="store_true", help="show the board's packages and "
+                   "leftover staging directories")
+    p.add_argument("--clean", action="store_true", help="remove every staging directory a "
+                   "failed deploy left on the board")
     p.add_argument("--json", action="store_true", help="one JSON document on stdout")
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
     from edgeops import deploy
+    modes = [m for m in ("rollback", "status", "clean") if getattr(args, m)]
+    if len(modes) > 1:
+        raise DeployError(f"--{modes[0]} and --{modes[1]} do not go together; give one")
+    if modes and args.package:
+        raise DeployError(f"--{modes[0]} takes no PKG: it acts on the board at --to")
     if args.rollback:
-        if args.package:
-            raise DeployError("--rollback takes no PKG: it goes back to the board's previous package")
         doc = deploy.rollback(args.to)
         msg = f"rolled back {doc['to']}: current {doc['current']}, previous {doc['previous']}"
+    elif args.status:
+        doc = deploy.status(args.to)
+        left = ", ".join(f"{n} (idle {s:.0f} s)" for n, s in doc["staging_idle_s"].items())
+        msg = (f"{doc['to']}: current {doc['current']}, previous {doc['previous']}; staging: "
+               f"{left or 'none'}; pushed edgeops: {doc['pushed_edgeops'] or 'none'}")
+    elif args.clean:
+        doc = deploy.clean(args.to)
+        msg = f"{doc['to']}: removed {', '.join(doc['removed']) or 'nothing'}"
     else:
         if not args.package:
-            raise DeployError("give the package to deploy (edgeops deploy PKG --to URI) or --rollback")
-        doc = deploy.deploy(args.package, args.to, board=args.board)
+            raise DeployError("give the package to deploy (edgeops deploy PKG --to URI), or "
+                              "--rollback, --status or --clean")
+        doc = deploy.deploy(args.package, args.to, board=args.board,
+                            verify_key=args.verify_key)
         s = doc["smoke"]
+        pushed = doc["agent"]["pushed"]
         msg = (f"deployed {doc['package']} to {doc['to']} as {doc['installed_as']} (previous: "
-               f"{doc['previous']}); smoke test ok, max rel error {s['max_rel']:.2e}")
+               f"{doc['previous']}); smoke test ok, max rel error {s['max_rel']:.2e}"
+               + (f"; pushed edgeops ({pushed['why']})" if pushed else "")
+               + ("; signature ok" if doc["signature"] else ""))
     if args.json:
         print_json(doc)
     else:

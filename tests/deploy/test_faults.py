@@ -152,3 +152,102 @@ def test_traversal_and_escaping_symlinks_are_refused(pkgs, board, tmp_path, rese
     with pytest.raises(PackageError, match="outside the package"):
         dep.deploy(link, LocalTransport(board), progress=False)
     assert _state(board) == before
+
+
+class DiesAt(LocalTransport):
+    """The link dies at the ``n``-th command on the board (probe or agent): before it reaches
+    the board, or after it ran there but before its answer came back."""
+
+    def __init__(self, root, n, after):
+        super().__init__(root)
+        self.n, self.after, self.calls = n, after, 0
+
+    def _exec(self, pyargs):
+        self.calls += 1
+        if self.calls == self.n and not self.after:
+            raise DeployError("connection lost")
+        r = super()._exec(pyargs)
+        if self.calls == self.n and self.after:
+            raise DeployError("connection lost")
+        return r
+
+
+@pytest.mark.parametrize("trials", [pytest.param(10, id="ci"),
+                                    pytest.param(60, id="many", marks=pytest.mark.full)])
+def test_transport_killed_at_random_points(pkgs, tmp_path, current_ok, trials):
+    """Each trial deploys the package that is not current and kills the link at a random
+    command of the deploy (7 of them; 8 means it survives). Afterwards the board's current
+    package loads and reproduces its reference outputs, every time."""
+    root = tmp_path / "board"
+    dep.deploy(pkgs[0], LocalTransport(root), progress=False)
+    rnd = random.Random(11)
+    lost = died = 0
+    for i in range(trials):
+        cur = os.readlink(root / "current")
+        other = pkgs[1] if package_of(root / cur) == package_of(pkgs[0]) else pkgs[0]
+        t = DiesAt(root, rnd.randint(1, 8), rnd.random() < 0.5)
+        try:
+            dep.deploy(other, t, progress=False)
+        except DeployError as e:
+            died += 1
+            assert "connection lost" in str(e)
+        try:
+            current_ok(root)
+        except Exception:  # noqa: BLE001  (counted, then failed below)
+            lost += 1
+    print(f"killed at random points: {trials} trials, {died} died, {lost} packages lost")
+    assert lost == 0 and died > 0
+    dep.deploy(pkgs[0], LocalTransport(root), progress=False)   # and the board takes a deploy
+    assert len(list(root.glob("pkg-*"))) == 2
+
+
+def package_of(d):
+    import json
+    return json.loads((d / "manifest.json").read_text())["manifest_sha256"]
+
+
+def test_stale_staging_is_cleaned(pkgs, tmp_path, capsys):
+    import json
+    import time
+    from edgeops.cli import main
+    root = tmp_path / "board"
+    dep.deploy(pkgs[0], LocalTransport(root), progress=False)
+    for _ in range(2):                 # total transport death mid-upload: staging stays
+        t = Dies(root, _upload_bytes(pkgs[1]) // 2, ConnectionResetError("gone"), dead=True)
+        with pytest.raises(DeployError):
+            dep.deploy(pkgs[1], t, progress=False)
+    left = sorted(p.name for p in root.glob("staging-*"))
+    assert len(left) == 2
+    assert main(["deploy", "--status", "--to", f"local:{root}", "--json"]) == 0
+    st = json.loads(capsys.readouterr().out)
+    assert st["staging"] == left and all(s >= 0 for s in st["staging_idle_s"].values())
+    old = time.time() - dep.STALE_S - 60                   # one of them dead for long enough
+    for p in [root / left[0], *(root / left[0]).rglob("*")]:
+        os.utime(p, (old, old))
+    doc = dep.deploy(pkgs[1], LocalTransport(root), progress=False)
+    assert doc["removed_stale"] == [left[0]]
+    assert [p.name for p in root.glob("staging-*")] == [left[1]]     # the recent one stays
+    assert main(["deploy", "--clean", "--to", f"local:{root}", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["removed"] == [left[1]]
+    assert not list(root.glob("staging-*"))
+
+
+def test_disk_full_on_a_small_tmpfs(pkgs, tmp_path, current_ok):
+    """A real full disk: a tmpfs with room for one package and half of another."""
+    import subprocess
+    root = tmp_path / "board"
+    root.mkdir()
+    size = _upload_bytes(pkgs[0]) + _upload_bytes(pkgs[1]) // 2
+    size = (size // 4096 + 8) * 4096        # tmpfs counts pages, and the dirs take some
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(root)],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip(f"mounting a tmpfs needs root here ({r.stderr.strip()}); "
+                    f"test_disk_full_mid_copy covers ENOSPC with a stand-in")
+    try:
+        first = dep.deploy(pkgs[0], LocalTransport(root), progress=False)["installed_as"]
+        with pytest.raises(DeployError, match="disk is full.*still current"):
+            dep.deploy(pkgs[1], LocalTransport(root), progress=False)
+        assert current_ok(root) == first and not list(root.glob("staging-*"))
+    finally:
+        subprocess.run(["umount", str(root)], check=False)

@@ -72,3 +72,61 @@ def test_board_info_names_what_is_installed(tmp_path):
     assert doc["edgeops"] and doc["python"] and doc["disk_free_bytes"] > 0
     assert set(doc["modules"]) >= {"numpy", "numba", "onnxruntime", "onnxruntime_extensions"}
     assert all(m["version"] or m["install"].startswith("pip install") for m in doc["modules"].values())
+
+
+def test_bench_and_doctor_on_a_local_board(capsys, pkgs, tmp_path):
+    a, b = pkgs
+    to = f"local:{tmp_path / 'board'}"
+    _json(capsys, ["deploy", str(a), "--to", to, "--json"])
+    doc, _ = _json(capsys, ["bench", str(a), "--to", to, "--runs", "5", "--profile-runs", "2",
+                            "--json"])
+    lat = doc["latency_s"]
+    assert lat["min"] <= lat["p50"] <= lat["p90"] <= lat["p99"] <= lat["max"]
+    assert doc["throughput"]["samples_per_s"] > 0 and doc["peak_rss_bytes"] > 0
+    assert doc["cold_start"]["since_process_start_s"] >= doc["cold_start"]["first_run_s"] > 0
+    placement = package.load(a).manifest["placement"]
+    assert [r["node"] for r in doc["nodes"]] == [r["node"] for r in placement]
+    lowered = [r for r in doc["nodes"] if r["kernel"]]
+    assert lowered and all(r["measured_s"] > 0 and r["predicted_s"] > 0 for r in lowered)
+    assert main(["bench", str(b), "--to", to]) == 2            # not the package the board runs
+    assert "deploy it first" in capsys.readouterr().err
+
+    doc, _ = _json(capsys, ["doctor", "--to", to, "--runs", "5", "--json"])
+    checks = {r["name"]: r["status"] for r in doc["checks"]}
+    assert len(checks) == 23 and doc["ok"] and doc["counts"]["fail"] == 0
+    for name in ("edgeops", "package-integrity", "dispatch", "kernel-consistency", "fusion",
+                 "fallback-rules", "smoke"):
+        assert checks[name] == "ok", (name, doc["checks"])
+    assert main(["doctor", "--to", to, "--runs", "5"]) == 0
+    out = capsys.readouterr().out
+    assert len([ln for ln in out.splitlines() if ln.split()[:1] in (["ok"], ["warn"], ["fail"])]) == 23
+
+
+def test_doctor_fails_a_corrupted_package(capsys, pkgs, tmp_path):
+    board = tmp_path / "board"
+    to = f"local:{board}"
+    _json(capsys, ["deploy", str(pkgs[0]), "--to", to, "--json"])
+    f = board / "current" / "reference.npz"
+    f.write_bytes(f.read_bytes()[:-1] + bytes([f.read_bytes()[-1] ^ 1]))
+    doc, _ = _json(capsys, ["doctor", "--to", to, "--runs", "5", "--json"], rc=1)
+    row = next(r for r in doc["checks"] if r["name"] == "package-integrity")
+    assert row["status"] == "fail" and "reference.npz does not match its sha256" in row["detail"]
+
+
+def test_push_decision_and_uri():
+    from edgeops.deploy import push_reason
+    from edgeops.transports import QemuTransport, open_transport
+    assert push_reason({"edgeops": None, "why": "ModuleNotFoundError"}, "1.0", "s") is not None
+    assert push_reason({"edgeops": "0.9", "private": False}, "1.0", None) is not None
+    assert push_reason({"edgeops": "1.0", "private": False}, "1.0", None) is None
+    assert push_reason({"edgeops": "1.0", "private": True, "lib_sha256": "s"}, "1.0", "s") is None
+    assert push_reason({"edgeops": "1.0", "private": True, "lib_sha256": "t"}, "1.0", "s")
+    t = open_transport("qemu-arm64:/opt/sysroot:/srv/board")
+    assert isinstance(t, QemuTransport) and (t.sysroot, t.root) == ("/opt/sysroot", "/srv/board")
+    assert open_transport("qemu-arm64:/opt/sysroot").root == "/opt/sysroot/opt/edgeops/board"
+    env = t._env()
+    assert env["QEMU_CPU"] == "cortex-a76" and env["PYTHONPATH"].startswith("/srv/board/.edgeops/lib")
+    import pytest
+    from edgeops.errors import DeployError
+    with pytest.raises(DeployError, match="absolute path"):
+        open_transport("qemu-arm64:relative/sysroot")

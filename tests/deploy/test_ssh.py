@@ -2,76 +2,13 @@
 known_hosts: host-key checking stays on)."""
 import getpass
 import os
-import shlex
-import shutil
-import signal
-import socket
-import subprocess
 import sys
-import time
 
 import pytest
 
 from edgeops import deploy as dep
 from edgeops.errors import DeployError
 from edgeops.transports import open_transport
-
-SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
-
-
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture(scope="module")
-def sshd(tmp_path_factory, unavailable):
-    if not os.path.exists(SSHD):
-        unavailable(f"{SSHD} is not installed (Debian: apt-get install -y openssh-server)")
-    if shutil.which("ssh") is None or shutil.which("scp") is None:
-        unavailable("the OpenSSH client (ssh, scp) is not installed")
-    d = tmp_path_factory.mktemp("sshd")
-    for key in ("host_key", "id"):
-        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(d / key)],
-                       check=True)
-    shutil.copyfile(d / "id.pub", d / "authorized_keys")
-    port = _free_port()
-    (d / "sshd_config").write_text(
-        f"Port {port}\nListenAddress 127.0.0.1\nHostKey {d / 'host_key'}\n"
-        f"AuthorizedKeysFile {d / 'authorized_keys'}\nStrictModes no\nUsePAM no\n"
-        f"PasswordAuthentication no\nKbdInteractiveAuthentication no\n"
-        f"PermitRootLogin prohibit-password\nPidFile {d / 'sshd.pid'}\n"
-        f"Subsystem sftp internal-sftp\nSetEnv EDGEOPS_CACHE_DIR={d / 'cache'}\n")
-    host_pub = (d / "host_key.pub").read_text().split()
-    (d / "known_hosts").write_text(f"[127.0.0.1]:{port} {host_pub[0]} {host_pub[1]}\n")
-    try:
-        os.makedirs("/run/sshd", exist_ok=True)      # privilege separation dir Debian's sshd wants
-    except OSError:
-        pass
-    proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(d / "sshd_config")],
-                            stderr=open(d / "sshd.log", "wb"))
-    opts = (f"-F /dev/null -i {d / 'id'} -o IdentitiesOnly=yes -o StrictHostKeyChecking=yes "
-            f"-o UserKnownHostsFile={d / 'known_hosts'} -o ConnectTimeout=5")
-    try:
-        for _ in range(100):
-            if proc.poll() is not None:
-                unavailable(f"sshd exited at start: {(d / 'sshd.log').read_text()[-300:]}")
-            r = subprocess.run(["ssh", "-o", "BatchMode=yes", "-p", str(port), *shlex.split(opts),
-                                f"{getpass.getuser()}@127.0.0.1", "true"],
-                               capture_output=True, text=True)
-            if r.returncode == 0:
-                break
-            time.sleep(0.1)
-        else:
-            unavailable(f"sshd on 127.0.0.1:{port} did not accept the test key: {r.stderr[-300:]}")
-        yield {"port": port, "opts": opts, "dir": d}
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
 
 
 def test_deploy_and_run_over_ssh(sshd, pkgs, tmp_path, monkeypatch, capsys):
@@ -111,3 +48,16 @@ def test_uri_parsing():
     assert t._base("scp")[:5] == ["scp", "-o", "BatchMode=yes", "-P", "2222"]
     with pytest.raises(DeployError, match="expected ssh://"):
         open_transport("ssh://host")
+
+
+def test_bench_and_doctor_over_ssh(sshd, pkgs, tmp_path, monkeypatch):
+    from edgeops.bench import bench
+    from edgeops.doctor import doctor
+    monkeypatch.setenv("EDGEOPS_SSH_OPTIONS", sshd["opts"])
+    to = (f"ssh://{getpass.getuser()}@127.0.0.1:{sshd['port']}{tmp_path / 'board'}"
+          f"?python={sys.executable}")
+    dep.deploy(pkgs[0], to, progress=False)
+    b = bench(pkgs[0], to, runs=3, profile_runs=1)
+    assert b["latency_s"]["p50"] > 0 and any(r["measured_s"] for r in b["nodes"])
+    d = doctor(to, runs=5)
+    assert len(d["checks"]) == 23 and d["ok"], [r for r in d["checks"] if r["status"] == "fail"]

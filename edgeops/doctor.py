@@ -1,0 +1,480 @@
+"""``edgeops doctor``: a health checklist of a board, run on the board by its agent
+(``python -m edgeops.board doctor ROOT``); :func:`doctor` here, :func:`checks_here` there.
+
+One line per check, status ``ok``, ``warn`` or ``fail``; the CLI exits 1 when any fails. The 23
+checks, in order (the field checklist: environment, board state, then the deployed package)::
+
+     1 python                  Python >= 3.10
+     2 numpy                   installed and >= the version edgeops requires (pyproject.toml)
+     3 numba                     "
+     4 onnxruntime               "
+     5 onnxruntime-extensions    "
+     6 onnx                      "
+     7 edgeops                 the board's edgeops is the deploying host's version
+     8 cpu-features            asimd (NEON) on aarch64, AVX/AVX2 on x86-64, and every SIMD feature
+                               the package's board file names, from /proc/cpuinfo
+     9 board-match             this machine's architecture is the one the package was compiled for
+    10 cuda                    on Jetson (gpu) boards: a CUDA GPU is visible to numba.cuda
+    11 cuda-fallbacks          cuda-kernel calls that ran on the CPU fallback during these runs
+    12 disk                    free disk at the board root (room for another package)
+    13 memory                  available memory
+    14 board-layout            current/previous links resolve; no staging left by dead deploys
+    15 package-integrity       the current package's checksums and kernel ids (package.load)
+    16 ops-registered          every ai.edgeops op of the model is declared to ONNX Runtime
+    17 dispatch                every lowered node dispatches to the kernel and target the
+                               placement table names
+    18 kernel-consistency      per lowered node, its target kernel vs the op's reference kernel on
+                               random inputs of the node's shapes (< 1e-5 rel fp32, 2e-2 fp16)
+    19 numba-cache             the first run of this fresh process compiled nothing (warm cache)
+    20 memory-growth           RSS slope over N runs (no leak per run)
+    21 fusion                  the fused graph on reference kernels vs the unfused original's
+                               ONNX Runtime outputs (the package's reference outputs)
+    22 fallback-rules          the manifest's fallback rules hold: unknown kernels refused, nodes
+                               without a kernel left to ONNX Runtime, no kernel error in the runs
+    23 smoke                   the package's reference inputs reproduce its reference outputs
+"""
+from __future__ import annotations
+
+import os
+import platform
+import shutil
+import sys
+import time
+from pathlib import Path
+
+from edgeops.errors import DeployError
+
+OK, WARN, FAIL = "ok", "warn", "fail"
+SIMD = {"asimd", "fphp", "asimdhp", "asimddp", "sve", "sse4_2", "avx", "avx2", "fma", "f16c",
+        "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx512_bf16"}
+CONSISTENCY_RTOL = {"fp32": 1e-5, "fp16": 2e-2}
+GROWTH_FAIL, GROWTH_WARN = 8 << 20, 1 << 20     # bytes over the measured runs
+
+
+def doctor(to, *, runs: int = 20) -> dict:
+    """Run the checklist on the board at ``to``; the ``--json`` document (``ok``: no fail)."""
+    from edgeops._version import __version__
+    from edgeops.transports import open_transport
+    t = open_transport(to)
+    rc, doc, err = t.board("doctor", t.root, "--expect-version", __version__, "--runs",
+                           str(runs), check=False)
+    if doc is None:
+        last = err.strip().splitlines()[-1] if err.strip() else f"exit status {rc}"
+        raise DeployError(f"the doctor could not run on {t.uri}: {last}; edgeops deploy pushes "
+                          f"edgeops to the board and names what else it lacks")
+    return doc | {"to": t.uri}
+
+
+class _Ctx:
+    def __init__(self, root, expect_version, runs):
+        self.root, self.expect, self.runs = Path(root), expect_version, max(5, runs)
+        self.pkg = self.sess = self.first = None
+        self.errors: list[str] = []
+        self.inputs: dict = {}
+
+    def package(self):
+        if self.pkg is None:
+            from edgeops import package
+            from edgeops.board import BoardError, _current
+            try:
+                cur = _current(self.root)
+            except BoardError as e:
+                raise _NoPackage(str(e)) from None
+            self.pkg = package.load(cur)
+        return self.pkg
+
+    def run_once(self):
+        """The first run in this process: its Numba figures and every lowered node's inputs."""
+        if self.first is None:
+            from edgeops.bench import numba_stats
+            from edgeops.ort import dispatch
+            p = self.package()
+            ins, _ = p.reference()
+            self.sess = p.session()
+            seen = self.inputs
+            orig = dispatch._Dispatch.call
+
+            def call(d, inputs):
+                seen.setdefault(d.node, (d, [None if x is None else x.copy() for x in inputs]))
+                return orig(d, inputs)
+            dispatch._Dispatch.call = call
+            try:
+                outs = self._run(ins)
+            finally:
+                dispatch._Dispatch.call = orig
+            self.first = (outs, numba_stats())
+        return self.first
+
+    def _run(self, feeds):
+        from edgeops.ort import KernelRuntimeError
+        names = [o.name for o in self.sess.get_outputs()]
+        try:
+            return dict(zip(names, self.sess.run(names, feeds)))
+        except KernelRuntimeError as e:
+            self.errors.append(str(e))
+            raise
+
+
+class _NoPackage(Exception):
+    pass
+
+
+CHECKS: list = []
+
+
+def check(name):
+    def deco(fn):
+        CHECKS.append((name, fn))
+        return fn
+    return deco
+
+
+def checks_here(root, *, expect_version=None, runs: int = 20) -> dict:
+    """On the board: every check's ``{name, status, detail}``, in order."""
+    ctx = _Ctx(root, expect_version, runs)
+    rows = []
+    for name, fn in CHECKS:
+        t0 = time.perf_counter()
+        try:
+            status, detail = fn(ctx)
+        except _NoPackage as e:
+            status, detail = WARN, f"no package to check ({e})"
+        except Exception as e:  # noqa: BLE001  (a check that cannot run is a failed check)
+            status, detail = FAIL, f"{type(e).__name__}: {' '.join(str(e).split())}"[:400]
+        rows.append({"name": name, "status": status, "detail": detail,
+                     "seconds": round(time.perf_counter() - t0, 3)})
+    counts = {s: sum(r["status"] == s for r in rows) for s in (OK, WARN, FAIL)}
+    return {"root": str(root), "machine": platform.machine(), "checks": rows, "counts": counts,
+            "ok": counts[FAIL] == 0, "installed_as": ctx.pkg.path.name if ctx.pkg else None}
+
+
+def _vt(v) -> tuple:
+    from edgeops.deploy import _vtuple
+    return _vtuple(v)
+
+
+# ---- environment ------------------------------------------------------------------------------
+
+@check("python")
+def _python(ctx):
+    from edgeops.board import PYTHON_MIN
+    v = platform.python_version()
+    need = ".".join(map(str, PYTHON_MIN))
+    return (OK if sys.version_info[:2] >= PYTHON_MIN else FAIL), f"{v} (needs >= {need})"
+
+
+def _module_check(mod):
+    def fn(ctx):
+        import importlib
+        from edgeops.board import NEEDS, REQUIRES
+        dist, vmin = REQUIRES[mod]
+        try:
+            v = getattr(importlib.import_module(mod), "__version__", "0")
+        except Exception as e:  # noqa: BLE001  (a broken install is a finding)
+            return FAIL, f"cannot import {mod} ({type(e).__name__}: {e}); {NEEDS[mod]}"
+        if _vt(v) < _vt(vmin):
+            return FAIL, f"{v} is older than {vmin}; {NEEDS[mod]}"
+        return OK, f"{v} (needs >= {vmin})"
+    return fn
+
+
+for _m, _label in (("numpy", "numpy"), ("numba", "numba"), ("onnxruntime", "onnxruntime"),
+                   ("onnxruntime_extensions", "onnxruntime-extensions"), ("onnx", "onnx")):
+    check(_label)(_module_check(_m))
+
+
+@check("edgeops")
+def _edgeops(ctx):
+    import edgeops
+    from edgeops._version import __version__
+    where = str(Path(edgeops.__file__).parent)
+    if ctx.expect and ctx.expect != __version__:
+        return FAIL, (f"board has {__version__}, host has {ctx.expect}; edgeops deploy pushes "
+                      f"the host's")
+    return OK, f"{__version__} from {where}"
+
+
+def _cpu_flags() -> set:
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return set()
+    for line in text.splitlines():
+        key = line.split(":", 1)[0].strip().lower()
+        if key in ("flags", "features"):
+            return set(line.split(":", 1)[1].split())
+    return set()
+
+
+def _board(ctx):
+    from edgeops import boards
+    try:
+        return boards.load(ctx.package().manifest["board"]["name"])
+    except _NoPackage:
+        return None
+
+
+@check("cpu-features")
+def _cpu(ctx):
+    flags, m = _cpu_flags(), platform.machine()
+    need = {"aarch64": {"asimd"}, "arm64": {"asimd"}, "x86_64": {"avx"}}.get(m, set())
+    b = _board(ctx)
+    if b is not None and b.name != "host":
+        need |= set(b.isa) & SIMD
+    missing = sorted(need - flags)
+    have = sorted(flags & SIMD)
+    if not flags:
+        return WARN, "no /proc/cpuinfo to read CPU features from"
+    if missing:
+        return FAIL, f"{m} lacks {', '.join(missing)} (has {', '.join(have) or 'no SIMD'})"
+    if m == "x86_64" and "avx2" not in flags:
+        return WARN, "AVX without AVX2: Numba kernels run, slower"
+    return OK, f"{m}: {', '.join(have)}"
+
+
+@check("board-match")
+def _board_match(ctx):
+    b = _board(ctx)
+    if b is None:
+        raise _NoPackage("no current package")
+    m = platform.machine()
+    isa = set(b.isa)
+    want = ("aarch64" if isa & {"asimd", "armv8.2-a"} else "x86_64" if isa & {"avx", "avx2"}
+            else None)
+    if b.kind == "npu":
+        return WARN, f"package compiled for NPU board {b.name}: its kernels run emulated here ({m})"
+    if want is None or want == m or (want == "aarch64" and m == "arm64"):
+        return OK, f"package for {b.name} ({b.kind}) on {m}"
+    return WARN, f"package compiled for {b.name} ({want}) runs on {m}: predictions do not apply"
+
+
+@check("cuda")
+def _cuda(ctx):
+    b = _board(ctx)
+    if b is None or b.kind != "gpu":
+        return OK, "not a CUDA board (nothing to check)"
+    from edgeops.targets.cuda import device
+    if device.gpu_present():
+        return OK, "numba.cuda sees a GPU"
+    return FAIL, f"no CUDA GPU visible: {device.why_absent()}; cuda kernels fall back to the CPU"
+
+
+@check("cuda-fallbacks")
+def _cuda_fallbacks(ctx):
+    ctx.run_once()
+    import sys as _sys
+    dev = _sys.modules.get("edgeops.targets.cuda.device")
+    n = dev.fallback_count() if dev is not None else 0
+    b = _board(ctx)
+    if n and b is not None and b.kind == "gpu":
+        return FAIL, f"{n} cuda-kernel call(s) ran on the CPU fallback"
+    return (WARN if n else OK), f"{n} CUDA->CPU fallback call(s) in the first run"
+
+
+@check("disk")
+def _disk(ctx):
+    root = ctx.root if ctx.root.is_dir() else Path.cwd()
+    free = shutil.disk_usage(root).free
+    try:
+        size = sum(f.stat().st_size for f in ctx.package().path.iterdir())
+    except _NoPackage:
+        size = 0
+    detail = f"{free / 2**20:.0f} MiB free at {root} (package {size / 2**20:.1f} MiB)"
+    if free < size + (16 << 20):
+        return FAIL, detail + ": no room for another package"
+    return (OK if free >= 2 * size + (256 << 20) else WARN), detail
+
+
+@check("memory")
+def _memory(ctx):
+    from edgeops.board import _mem_available
+    m = _mem_available()
+    if m is None:
+        return WARN, "MemAvailable unknown (no /proc/meminfo)"
+    st = OK if m >= 256 << 20 else WARN if m >= 64 << 20 else FAIL
+    return st, f"{m / 2**20:.0f} MiB available"
+
+
+@check("board-layout")
+def _layout(ctx):
+    from edgeops.board import status
+    s = status(ctx.root)
+    bad = [n for n in ("current", "previous") if s[n] and not (ctx.root / s[n]).is_dir()]
+    if bad:
+        return FAIL, f"{' and '.join(bad)} point(s) at a missing package; edgeops deploy --rollback"
+    if s["staging"]:
+        return WARN, (f"{len(s['staging'])} staging dir(s) left by failed deploys; "
+                      f"edgeops deploy --clean removes them")
+    return OK, f"current {s['current']}, previous {s['previous']}"
+
+
+# ---- the deployed package -----------------------------------------------------------------------
+
+@check("package-integrity")
+def _integrity(ctx):
+    p = ctx.package()
+    signed = " (signed)" if (p.path / "manifest.sig").is_file() else ""
+    return OK, f"{p.path.name}: {len(p.manifest['files'])} files match their sha256{signed}"
+
+
+@check("ops-registered")
+def _registered(ctx):
+    from edgeops.ops import EDGEOPS_DOMAIN
+    from edgeops.ort import bridge, opdef_for
+    bridge.declare_ops()
+    ops = sorted({n.op_type for n in ctx.package().model().graph.node
+                  if n.domain == EDGEOPS_DOMAIN})
+    missing = []
+    for op in ops:
+        opdef_for(op, EDGEOPS_DOMAIN)
+        if f"{EDGEOPS_DOMAIN}::{op}" not in bridge._declared:
+            missing.append(op)
+    if missing:
+        return FAIL, f"not declared to ONNX Runtime: {', '.join(missing)}"
+    return OK, f"{len(ops)} ai.edgeops op type(s) declared: {', '.join(ops) or 'none'}"
+
+
+def _lowered_rows(ctx):
+    return [r for r in ctx.package().manifest["placement"] if r.get("kernel")]
+
+
+@check("dispatch")
+def _dispatch(ctx):
+    ctx.run_once()
+    wrong = []
+    for r in _lowered_rows(ctx):
+        seen = ctx.inputs.get(r["node"])
+        if seen is None:
+            wrong.append(f"{r['node']} never called")
+            continue
+        k = seen[0].kernel
+        if k is None or k.name != r["kernel"] or k.target != r["target"]:
+            wrong.append(f"{r['node']} -> {k.name if k else 'chosen per call'}, not {r['kernel']}")
+    if wrong:
+        return FAIL, "; ".join(wrong)
+    return OK, f"{len(_lowered_rows(ctx))} node(s) ran on the kernel their placement names"
+
+
+@check("kernel-consistency")
+def _consistency(ctx):
+    import dataclasses
+    import numpy as np
+    from edgeops.package import compare
+    from edgeops.registry import REFERENCE, kernels, op_key
+    ctx.run_once()
+    inits = {t.name for t in ctx.package().model().graph.initializer}
+    nodes = {n.name: n for n in ctx.package().model().graph.node}
+    rng = np.random.default_rng(0)
+    worst, bad = 0.0, []
+    for r in _lowered_rows(ctx):
+        if r["node"] not in ctx.inputs:
+            continue
+        d, xs = ctx.inputs[r["node"]]
+        names = list(nodes[r["node"]].input) if r["node"] in nodes else []
+        feeds = [x if x is None or (i < len(names) and names[i] in inits) or x.size == 0
+                 else rng.standard_normal(x.shape).astype(x.dtype) for i, x in enumerate(xs)]
+        ref = kernels(op_key(d.od.name, d.od.domain), REFERENCE)
+        if not ref:
+            continue
+        want = dataclasses.replace(d, kernel=ref[0], tiling=None, board=None).call(feeds)
+        got = d.call(feeds)
+        want = want if isinstance(want, tuple) else (want,)
+        got = got if isinstance(got, tuple) else (got,)
+        err = max(e["max_rel"] for e in compare(dict(enumerate(got)), dict(enumerate(want))).values())
+        worst = max(worst, err)
+        if err > CONSISTENCY_RTOL.get(r.get("precision") or "fp32", 1e-5):
+            bad.append(f"{r['node']} ({r['kernel']}): {err:.2e}")
+    if bad:
+        return FAIL, "above tolerance: " + "; ".join(bad)
+    return OK, f"{len(ctx.inputs)} kernel(s) vs reference, worst rel error {worst:.1e}"
+
+
+@check("numba-cache")
+def _numba_cache(ctx):
+    stats = ctx.run_once()[1]
+    if stats["compiled"]:
+        return WARN, (f"cold: the first run compiled {stats['compiled']} specialisation(s) "
+                      f"(cached now; the next start loads them)")
+    if not stats["loaded_from_cache"]:
+        return OK, "no cached Numba kernels in this package"
+    return OK, f"warm: {stats['loaded_from_cache']} specialisation(s) loaded from the cache"
+
+
+def _rss() -> int:
+    try:
+        return int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError):
+        import resource
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+@check("memory-growth")
+def _growth(ctx):
+    import numpy as np
+    ctx.run_once()
+    ins, _ = ctx.package().reference()
+    for _ in range(3):          # allocator pools settle first
+        ctx._run(ins)
+    rss = []
+    for _ in range(ctx.runs):
+        ctx._run(ins)
+        rss.append(_rss())
+    slope = float(np.polyfit(np.arange(len(rss)), np.asarray(rss, float), 1)[0])
+    grow = slope * len(rss)
+    st = FAIL if grow > GROWTH_FAIL else WARN if grow > GROWTH_WARN else OK
+    return st, (f"RSS slope {slope / 1024:+.1f} KiB/run over {len(rss)} runs "
+                f"({grow / 2**20:+.2f} MiB), RSS {rss[-1] / 2**20:.0f} MiB")
+
+
+@check("fusion")
+def _fusion(ctx):
+    from edgeops.cli.run import _unpinned
+    from edgeops.ort import session
+    from edgeops.package import compare
+    p = ctx.package()
+    fused = [r for r in p.manifest["placement"] if len(r.get("fused") or []) > 1]
+    ins, want = p.reference()
+    sess = session(_unpinned(p.model()), target="reference")
+    names = [o.name for o in sess.get_outputs()]
+    got = dict(zip(names, sess.run(names, ins)))
+    err = max(e["max_rel"] for e in compare(got, want).values())
+    st = OK if err <= p.tolerance else FAIL
+    return st, (f"{len(fused)} fused node(s) on reference kernels vs the unfused original: "
+                f"max rel error {err:.1e} (tolerance {p.tolerance:.0e})")
+
+
+@check("fallback-rules")
+def _fallback(ctx):
+    from edgeops.ops import EDGEOPS_DOMAIN
+    from edgeops.registry import kernel_by_name
+    ctx.run_once()
+    p = ctx.package()
+    rules = p.manifest["runtime"].get("fallback", {})
+    problems = []
+    for k in p.manifest.get("kernels", []):
+        try:
+            kernel_by_name(k)
+        except Exception:  # noqa: BLE001
+            problems.append(f"unknown kernel {k} was not refused")
+    domain = {n.name: n.domain for n in p.model().graph.node}
+    for r in p.manifest["placement"]:
+        if r.get("target") is None and domain.get(r["node"]) == EDGEOPS_DOMAIN:
+            problems.append(f"{r['node']} has no kernel but is an ai.edgeops node")
+    if ctx.errors:
+        problems.append(f"kernel errors in the runs: {ctx.errors[0][:200]}")
+    if problems:
+        return FAIL, "; ".join(problems)
+    return OK, ", ".join(f"{k}={v}" for k, v in rules.items()) + ": honoured"
+
+
+@check("smoke")
+def _smoke(ctx):
+    from edgeops.package import compare
+    outs = ctx.run_once()[0]
+    p = ctx.package()
+    err = max(e["max_rel"] for e in compare(outs, p.reference()[1]).values())
+    st = OK if err <= p.tolerance else FAIL
+    return st, f"reference outputs: max rel error {err:.1e} (tolerance {p.tolerance:.0e})"
+
+
+assert len(CHECKS) == 23, len(CHECKS)
