@@ -5,7 +5,9 @@ same model through ``--quantize`` (QDQ, then the int8 QConvBnAct/QMatMul NEON ke
 package's session (ONNX Runtime with edgeops' custom ops) is timed, and so is a plain ONNX
 Runtime session on the QDQ model (default optimisations: ORT turns the QDQ units into its own
 int8 kernels). Medians over ``--reps`` runs, one thread and all threads; ratios > 1 mean the
-edgeops int8 package is faster.
+edgeops int8 package is faster. The QDQ model is also compiled with the board's default
+(``--lower auto``) policy, which measures each int8 unit against ONNX Runtime and keeps the
+faster: the table reports how many units it lowered and that package's time.
 
     python benchmarks/int8_package.py [--models sample,convnet] [--reps 30] [--json]
 """
@@ -26,6 +28,9 @@ import onnxruntime as ort
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "quantize"))
 from conftest import small_convnet  # noqa: E402  (the small CNN the quantize tests use)
+
+
+QOPS = ("ai.edgeops::QConvBnAct", "ai.edgeops::QMatMul")
 
 
 def _models(names):
@@ -59,21 +64,26 @@ def bench(name, model, inp, shape, reps, threads):
     row = {"model": name}
     with tempfile.TemporaryDirectory() as d:
         docs = {}
-        for kind, src in (("float", model), ("int8", qdq)):
-            docs[kind] = compile_model(src, "host", os.path.join(d, kind), mode="all", plan=False,
+        for kind, src, mode in (("float", model, "all"), ("int8", qdq, "all"),
+                                ("auto", qdq, "auto")):
+            docs[kind] = compile_model(src, "host", os.path.join(d, kind), mode=mode, plan=False,
                                        threads=threads)
-        row["int8_kernels"] = sum(p["op"] in ("ai.edgeops::QConvBnAct", "ai.edgeops::QMatMul")
-                                  for p in docs["int8"]["placement"])
+        row["int8_kernels"] = sum(p["op"] in QOPS for p in docs["int8"]["placement"])
+        row["auto_int8_kernels"] = sum(p["op"] in QOPS and p["where"] != "ONNX Runtime"
+                                       for p in docs["auto"]["placement"])
         for t in (1, threads):
             so = ort.SessionOptions()
             so.intra_op_num_threads = t
             peer = ort.InferenceSession(qdq.SerializeToString(), so, providers=["CPUExecutionProvider"])
             fs = package.load(os.path.join(d, "float")).session(threads=t)
             qs = package.load(os.path.join(d, "int8")).session(threads=t)
+            auto = package.load(os.path.join(d, "auto")).session(threads=t)
             f_s = _time(lambda: fs.run(None, feed), reps)
             q_s = _time(lambda: qs.run(None, feed), reps)
             p_s = _time(lambda: peer.run(None, feed), reps)
+            a_s = _time(lambda: auto.run(None, feed), reps)
             row[f"{t} threads"] = {"float_pkg_s": f_s, "int8_pkg_s": q_s, "ort_qdq_s": p_s,
+                                   "int8_auto_pkg_s": a_s,
                                    "float_pkg_over_int8_pkg": f_s / q_s,
                                    "ort_qdq_over_int8_pkg": p_s / q_s}
     return row
@@ -97,7 +107,8 @@ def main(argv=None):
                 print(f"{r['model']:8s} {k:10s} float pkg {v['float_pkg_s'] * 1e3:7.3f} ms  int8 pkg "
                       f"{v['int8_pkg_s'] * 1e3:7.3f} ms  ORT QDQ {v['ort_qdq_s'] * 1e3:7.3f} ms  | "
                       f"float/int8 x{v['float_pkg_over_int8_pkg']:.2f}  ORT-QDQ/int8 "
-                      f"x{v['ort_qdq_over_int8_pkg']:.2f}  ({r['int8_kernels']} int8 kernels)")
+                      f"x{v['ort_qdq_over_int8_pkg']:.2f}  ({r['int8_kernels']} int8 kernels) | "
+                      f"auto: {r['auto_int8_kernels']} lowered, {v['int8_auto_pkg_s'] * 1e3:.3f} ms")
     return 0
 
 

@@ -1,6 +1,6 @@
 """``edgeops quantize MODEL --calib DATA -o OUT.onnx [--method minmax|percentile|entropy|mse]
 [--per-channel|--per-tensor] [--activation-type int8|uint8] [--weight-method minmax|mse]
-[--quantize-outputs] [--target-sqnr DB] [--eval DATA] [--report FILE.json]
+[--quantize-outputs] [--no-bias-correction] [--target-sqnr DB] [--eval DATA] [--report FILE.json]
 [--plot PNG] [--board NAME] [--json]``: INT8 post-training quantization to a QDQ ONNX model,
 with per-layer accuracy analysis and, given ``--target-sqnr``, automatic mixed precision.
 
@@ -36,6 +36,9 @@ def add(sub):
     p.add_argument("--quantize-outputs", action="store_true",
                    help="Q/DQ on the quantized nodes' outputs too (full QDQ units, which ONNX "
                    "Runtime runs as int8 kernels)")
+    p.add_argument("--no-bias-correction", dest="bias_correction", action="store_false",
+                   help="keep the float biases as they are (by default each quantized node's mean "
+                   "output error on the calibration set is subtracted from its bias)")
     p.add_argument("--target-sqnr", type=float, metavar="DB",
                    help="keep the least tolerant layers in float until end-to-end SQNR >= DB")
     p.add_argument("--eval", metavar="DATA", help="held-out data for the accuracy analysis "
@@ -91,7 +94,9 @@ def quantize_cli(args, progress):
     return quantize_model(args.model, calib, method=args.method, per_channel=args.per_channel,
                           activation_type=args.activation_type,
                           weight_method=args.weight_method,
-                          quantize_outputs=args.quantize_outputs, target_sqnr=args.target_sqnr,
+                          quantize_outputs=args.quantize_outputs,
+                          bias_correction=args.bias_correction,
+                          target_sqnr=args.target_sqnr,
                           eval_data=args.eval, board=args.board, progress=progress,
                           mean=_floats(args.mean, "--mean"), std=_floats(args.std, "--std"),
                           layout=args.layout)

@@ -18,6 +18,7 @@ replayed by ``edgeops.simulator.replay`` for event-driven timing. Modules:
 from edgeops.targets.ascend.emulate import DEFAULT_BOARD, emulate_op, execute, run_lowered
 from edgeops.targets.ascend.machine import EmulatorError, machine
 from edgeops.targets.ascend import kernels  # noqa: F401,E402  (registers the ascend kernels)
+from edgeops.targets.ascend import register_int8  # noqa: F401,E402  (QConvBnAct / QMatMul)
 from edgeops.targets.ascend.kernels import set_board
 
 __all__ = ["DEFAULT_BOARD", "EmulatorError", "emulate_op", "execute", "machine", "run_lowered",

@@ -1,67 +1,224 @@
-"""INT8 Conv2D and MatMul at the float boundary of QConvBnAct / QMatMul: quantise the input
-(ONNX QuantizeLinear), int8 im2col (zero-point padding) + int16-pair GEMM with int32
-accumulation (:mod:`edgeops.targets.neon.qgemm`), then requantise and dequantise per
-:mod:`edgeops.ops.qarith`. With a quantized output the requantisation is qgemm's fused
-per-channel pass; without one the int32 accumulators are scaled to float per channel.
+"""INT8 Conv2D and MatMul at the float boundary of QConvBnAct / QMatMul: one Numba call per node
+(:mod:`edgeops.targets.neon.qfused`) quantises the input (ONNX QuantizeLinear), writes it as
+packed int16-pair GEMM panels (through im2col for a conv), runs the int16-pair micro-kernel with
+int32 accumulation against the node's packed weights and requantises / dequantises per
+:mod:`edgeops.ops.qarith` into the fp32 output. Small problems take a serial twin of the kernel.
 
-Weights arrive as fp32 tensors holding int8 values (the bridge's fp32 contract); the int8
-copy is made per call (one pass over the weights, small next to the GEMM).
+Prepared weights. The bridge hands every input as a fresh fp32 copy (weights included: int8
+values carried as fp32), at addresses the allocator reuses for other tensors, so neither the
+array nor its address identifies a node's weights. What does: the ``attrs`` dict, which the
+dispatch parses once per node and passes on every call. Each node keeps its int8 weights, int32
+bias, per-channel scales and per-input-shape plans (geometry, blocking, thread split) under
+``id(attrs)``; the entry holds ``attrs`` itself, so that id cannot be reused by another object
+while the entry lives. Before use, every call checks in one vectorised pass that the fp32
+weights, bias and scales it was given equal the prepared ones (a mismatch prepares them again):
+a node whose weight input is not a constant stays correct, it only pays the preparation.
+At most ``_MAX_NODES`` nodes are kept (first in, first out).
 """
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
 import numpy as np
+from numba import njit
 
 from edgeops.errors import EdgeOpsError
 from edgeops.ops import qarith
-from edgeops.targets.neon.qgemm import PER_COL, PER_ROW, qconv2d, qgemm, requantize
+from edgeops.targets.neon._microkernel import QMR, QNR
+from edgeops.targets.neon._threads import SMALL_FLOPS
+from edgeops.targets.neon.blocking import from_tiling
+from edgeops.targets.neon.gemm import split_work
+from edgeops.targets.neon.qfused import (FIN_FLOAT, FIN_REQUANT, QCONV, QMM, pack_pairs,
+                                         packed_size)
+from edgeops.targets.neon.qgemm import PER_COL, PER_ROW, default_blocking
 
 # x_type / y_type names -> numpy dtypes
 DT = {k: v[2] for k, v in qarith.QTYPES.items()}
+_COLS_BUDGET = 64 * 1024 * 1024    # bytes of quantised im2col buffer per chunk of images
+_MAX_NODES = 2048
 
 
-def _prepare(w, bias, what):
+@njit(cache=True, error_model="numpy")
+def _eq(x, y):
+    """x == y elementwise (flat arrays, any numeric dtypes). Blocks of 256 with no early exit
+    inside, so the comparisons vectorise."""
+    n = x.size
+    if y.size != n:
+        return False
+    for i0 in range(0, n, 256):
+        bad = False
+        for i in range(i0, min(n, i0 + 256)):
+            bad |= x[i] != y[i]
+        if bad:
+            return False
+    return True
+
+
+@njit(cache=True, error_model="numpy")
+def _same(w, wq, b, bq, s, sq):
+    return _eq(w, wq) and _eq(b, bq) and _eq(s, sq)
+
+
+@dataclass
+class _Node:
+    attrs: dict
+    weights: tuple | None = None         # see _weights
+    plans: dict = field(default_factory=dict)
+
+
+_nodes: OrderedDict[int, _Node] = OrderedDict()
+_lock = threading.Lock()
+
+
+def _node(attrs) -> _Node:
+    e = _nodes.get(id(attrs))
+    if e is None or e.attrs is not attrs:
+        with _lock:
+            e = _nodes[id(attrs)] = _Node(attrs)
+            while len(_nodes) > _MAX_NODES:
+                _nodes.popitem(last=False)
+    return e
+
+
+def _flat32(a):
+    return np.ascontiguousarray(a, np.float32).reshape(-1)
+
+
+def _weights(e: _Node, w, bias, w_scale, what, nch):
+    """The node's prepared weights (w shape, int8 weights, int32 bias (zeros if none), the fp32
+    scales as given, and one per channel), checked against this call's inputs or made anew."""
+    wf, ws = _flat32(w), _flat32(w_scale)
+    bf = _flat32(np.zeros(nch, np.float32) if bias is None or np.size(bias) == 0 else bias)
+    p = e.weights
+    if p is not None and p[0] == w.shape and _same(wf, p[1], bf, p[2], ws, p[3]):
+        return p
     try:
-        return qarith.int_weight(w, what), qarith.int_bias(bias)
-    except Exception as e:  # noqa: BLE001  (an OpDefinitionError: the user's model)
-        raise EdgeOpsError(f"neon int8: {e}") from None
+        wq, bq = qarith.int_weight(w, what), qarith.int_bias(bias)
+    except EdgeOpsError as err:  # an OpDefinitionError: the user's model
+        raise EdgeOpsError(f"neon int8: {err}") from None
+    bq = np.zeros(nch, np.int32) if bq is None else np.ascontiguousarray(bq).reshape(-1)
+    if bq.size != nch or ws.size not in (1, nch):
+        raise EdgeOpsError(f"neon int8: {bq.size} biases and {ws.size} weight scales for {nch} "
+                           f"output channels")
+    p = (w.shape, np.ascontiguousarray(wq).reshape(-1), bq, ws.copy(),
+         np.ascontiguousarray(np.broadcast_to(ws, (nch,)), np.float32))
+    e.weights = p     # one assignment: a concurrent caller sees the old tuple or the new one
+    return p
 
 
-def _finish_float(acc, axis, attrs, prefix, w_scale, act):
-    """No output quantization: per-channel float scale, then the float activation."""
-    return qarith.finish(acc, axis, attrs, prefix, w_scale, act)
+def _finish_args(attrs, prefix, w_scale, act):
+    """(mode, per-channel float32 scale or multiplier, f = relu, zp, lo, hi, y_scale; whether
+    the float activation still has to be applied on the host)."""
+    if attrs["y_scale"] > 0:
+        lo, hi, _ = qarith.QTYPES[attrs["y_type"]]
+        f = np.array([attrs["activation"] == "relu", attrs["y_zero_point"], lo, hi,
+                      attrs["y_scale"]], np.float32)
+        return FIN_REQUANT, qarith.multiplier(attrs[f"{prefix}_scale"], w_scale,
+                                              attrs["y_scale"]), f, False
+    scale = (np.float32(attrs[f"{prefix}_scale"]) * w_scale.astype(np.float32)).astype(np.float32)
+    relu = attrs["activation"] == "relu"
+    return FIN_FLOAT, scale, np.array([relu, 0, 0, 0, 0], np.float32), \
+        attrs["activation"] not in ("none", "relu")
 
 
-def qconv_bn_act(x, w, w_scale, bias, g, attrs, act, tiling=None) -> np.ndarray:
-    """QConvBnAct on NCHW fp32 ``x``; ``g`` its ConvGeom; ``act(y, attrs)`` the float
-    activation (used only when the output is not quantized)."""
-    wq, bq = _prepare(w, bias, "W")
-    xq = qarith.quantize_input(x, attrs["x_scale"], attrs["x_zero_point"], attrs["x_type"])
-    if attrs["y_scale"] == 0:
-        acc = qconv2d(xq, attrs["x_zero_point"], wq, bq, g, tiling=tiling)
-        return _finish_float(acc, 1, attrs, "x", w_scale, act)
-    mult = qarith.multiplier(attrs["x_scale"], w_scale, attrs["y_scale"])
-    yq = qconv2d(xq, attrs["x_zero_point"], wq, bq, g, mult, attrs["y_zero_point"],
-                 DT[attrs["y_type"]], tiling=tiling)
-    return qarith.dequantize_output(yq, attrs)
+def _qparams(attrs, prefix):
+    lo, hi, _ = qarith.QTYPES[attrs[f"{prefix}_type"]]
+    return np.array([attrs[f"{prefix}_scale"], attrs[f"{prefix}_zero_point"], lo, hi], np.float32)
+
+
+def _host_act(y, attrs, act):
+    """The reference's float activation (float64) for activations the kernel does not fuse."""
+    return act(y.astype(np.float64), attrs).astype(np.float32)
+
+
+def _blocking(tiling, M, N, K):
+    blk = from_tiling(tiling) if tiling is not None else default_blocking()
+    return blk.fitted(M, N, max(K, 1))
+
+
+def _prepared(plan, wts, make):
+    """(packed weights, finish arguments) for this plan's kc, made once per (weights, plan)."""
+    got = plan["prep"]
+    if got is None or got[0] is not wts:
+        got = plan["prep"] = (wts, *make())
+    return got
+
+
+def qconv_bn_act(x, w, w_scale, bias, attrs, act, tiling=None) -> np.ndarray:
+    """QConvBnAct on NCHW fp32 ``x`` (``attrs`` parsed by the op); ``act(y, attrs)`` the float
+    activation, used only when the output is not quantized and it is neither none nor relu."""
+    e = _node(attrs)
+    wts = _weights(e, w, bias, w_scale, "W", w.shape[0])
+    key = (x.shape, w.shape, None if tiling is None else id(tiling))   # blocking: speed only
+    plan = e.plans.get(key)
+    if plan is None:
+        plan = e.plans[key] = _conv_plan(x.shape, w.shape, attrs, tiling)
+    g, (kc, mc, nc, rch, cch), chunk = plan["g"], plan["blk"], plan["chunk"]
+    KK, asz = g.cg * g.r * g.s, plan["asz"]
+
+    def make():
+        ap = np.empty(g.group * asz, np.int16)
+        for gi in range(g.group):
+            pack_pairs(wts[1], gi * g.kg * KK, KK, 1, g.kg, KK, kc, QMR, 0, -(-g.kg // QMR), ap,
+                       gi * asz)
+        return ap, _finish_args(attrs, "x", wts[4], act)
+    _, ap, (mode, scale, f, on_host) = _prepared(plan, wts, make)
+    acc = np.empty(g.n * g.k * g.oh * g.ow, np.int32)
+    y = np.empty((g.n, g.k, g.oh, g.ow), np.float32)
+    xq = np.empty(min(chunk, g.n) * g.c * g.h * g.w, np.int16)
+    xf = _flat32(x)
+    fn = QCONV[not plan["small"]]   # the serial twin enters no parallel region: no thread setup
+    for n0 in range(0, g.n, chunk):
+        ni = min(chunk, g.n - n0)
+        fn(xf, n0, ni, g.c, g.h, g.w, g.group, g.cg, g.r, g.s, g.oh, g.ow, g.sh, g.sw, g.dh,
+           g.dw, g.ph, g.pw, plan["q"], xq, np.empty(ni * plan["bsz"], np.int16), ap, g.k, kc,
+           mc, nc, rch, cch, acc, wts[2], scale, mode, f, y.reshape(-1))
+    return _host_act(y, attrs, act) if on_host else y
+
+
+def _conv_plan(x_shape, w_shape, attrs, tiling) -> dict:
+    from edgeops.targets.neon.conv import geom_from_attrs
+    g = geom_from_attrs(x_shape, w_shape, attrs)
+    if g.oh < 1 or g.ow < 1:
+        raise EdgeOpsError(f"neon int8 conv: empty output {g.oh}x{g.ow}")
+    P, KK = g.oh * g.ow, g.cg * g.r * g.s
+    mc, nc, kc = _blocking(tiling, g.kg, P, KK)
+    per_img = g.group * packed_size(P, KK, QNR)
+    return {"g": g, "blk": (kc, mc, nc, *split_work(g.n * g.group, g.kg, P, KK)),
+            "chunk": max(1, min(g.n, _COLS_BUDGET // max(2 * per_img, 1))), "prep": None,
+            "small": 2.0 * g.macs < SMALL_FLOPS, "q": _qparams(attrs, "x"),
+            "asz": packed_size(g.kg, KK, QMR), "bsz": per_img}
 
 
 def qmatmul(a, b, b_scale, bias, attrs, tiling=None) -> np.ndarray:
     """QMatMul: A (..., K) fp32, B (K, N) fp32 holding int8; batched over A's leading axes."""
     if b.ndim != 2 or a.shape[-1] != b.shape[0]:
         raise EdgeOpsError(f"neon int8 matmul: A {a.shape} and B {b.shape} do not multiply")
-    bq, biq = _prepare(b, bias, "B")
-    aq = qarith.quantize_input(a, attrs["a_scale"], attrs["a_zero_point"], attrs["a_type"])
-    a2 = aq.reshape(-1, a.shape[-1])
-    acc = qgemm(a2, bq, a_zero_point=attrs["a_zero_point"], tiling=tiling)
-    if attrs["y_scale"] == 0:
-        if biq is not None:
-            acc += biq.reshape(1, -1)
-        y = _finish_float(acc, 1, attrs, "a", b_scale, lambda v, at: np.maximum(v, 0.0))
-    else:
-        mult = qarith.multiplier(attrs["a_scale"], b_scale, attrs["y_scale"])
-        yq = requantize(acc, mult, attrs["y_zero_point"], DT[attrs["y_type"]], biq, PER_COL)
-        y = qarith.dequantize_output(yq, attrs)
-    return y.reshape(a.shape[:-1] + (b.shape[1],))
+    e = _node(attrs)
+    K, N = b.shape
+    wts = _weights(e, b, bias, b_scale, "B", N)
+    M = int(np.prod(a.shape[:-1], dtype=np.int64))
+    key = (a.shape, b.shape, None if tiling is None else id(tiling))
+    plan = e.plans.get(key)
+    if plan is None:
+        mc, nc, kc = _blocking(tiling, M, N, K)
+        plan = e.plans[key] = {"blk": (kc, mc, nc, *split_work(1, M, N, K)), "prep": None,
+                               "small": 2.0 * M * N * K < SMALL_FLOPS, "q": _qparams(attrs, "a")}
+    kc, mc, nc, rch, cch = plan["blk"]
+
+    def make():
+        bp = np.empty(packed_size(N, K, QNR), np.int16)
+        pack_pairs(wts[1], 0, 1, N, N, K, kc, QNR, 0, -(-N // QNR), bp, 0)
+        return bp, _finish_args(attrs, "a", wts[4], None)
+    _, bp, (mode, scale, f, _) = _prepared(plan, wts, make)
+    acc = np.zeros(M * N, np.int32) if K == 0 else np.empty(M * N, np.int32)
+    y = np.empty(a.shape[:-1] + (N,), np.float32)
+    QMM[not plan["small"]](_flat32(a), M, K, N, plan["q"], np.empty(M * K, np.int16),
+                           np.empty(packed_size(M, K, QMR), np.int16), bp, kc, mc, nc, rch, cch,
+                           acc, wts[2], scale, mode, f, y.reshape(-1))
+    return y
 
 
 __all__ = ["qconv_bn_act", "qmatmul", "PER_ROW", "PER_COL"]

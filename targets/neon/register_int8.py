@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from edgeops.ops.conv_bn_act import ACTIVATIONS
 from edgeops.registry import register_kernel
-from edgeops.targets.neon.conv import geom_from_attrs
 from edgeops.targets.neon.qconv import qconv_bn_act, qmatmul
 from edgeops.targets.neon.register import _im2col_pred
 
@@ -29,7 +28,7 @@ def _qconv(inputs, attrs, tiling=None):
     """INT8 Conv2D (+act): quantise, im2col + int16-pair GEMM, int32 acc, requantise."""
     x, w, ws = inputs[:3]
     b = inputs[3] if len(inputs) > 3 else None
-    return [qconv_bn_act(x, w, ws, b, geom_from_attrs(x.shape, w.shape, attrs), attrs, _act)]
+    return [qconv_bn_act(x, w, ws, b, attrs, _act, tiling)]
 
 
 @register_kernel("ai.edgeops::QMatMul", T, dtypes=("fp32",), predicate=_qmatmul_pred,
@@ -38,4 +37,4 @@ def _qmm(inputs, attrs, tiling=None):
     """INT8 MatMul/Gemm (+relu): quantise, int16-pair GEMM, int32 acc, requantise."""
     a, b, bs = inputs[:3]
     bias = inputs[3] if len(inputs) > 3 else None
-    return [qmatmul(a, b, bs, bias, attrs)]
+    return [qmatmul(a, b, bs, bias, attrs, tiling)]

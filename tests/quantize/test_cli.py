@@ -70,3 +70,25 @@ def test_compile_quantize_bad_calibration(tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert rc == 2 and len(err.splitlines()) == 1 and "'other'" in err
     assert not (tmp_path / "pkg").exists()
+
+
+def test_cli_no_bias_correction(tmp_path, capsys):
+    """--no-bias-correction writes the model quantize_model(bias_correction=False) writes; the
+    default corrects the biases (the two models' outputs differ)."""
+    from edgeops.quantize.api import quantize_model
+    calib = _npz(tmp_path / "c.npz", (1, 3, 32, 32))
+    off, on = tmp_path / "off.onnx", tmp_path / "on.onnx"
+    assert main(["quantize", "sample", "--calib", calib, "-o", str(off), "--no-bias-correction",
+                 "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["bias_correction"] == {"enabled": False, "nodes": {}}
+    assert main(["quantize", "sample", "--calib", calib, "-o", str(on), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["bias_correction"]["enabled"]
+    ref, _ = quantize_model("sample", calib, bias_correction=False)
+    x = {"image": np.random.default_rng(3).standard_normal((1, 3, 32, 32)).astype(np.float32)}
+
+    def run(m):
+        return ort.InferenceSession(m, providers=["CPUExecutionProvider"]).run(None, x)[0]
+    y_off = run(str(off))
+    np.testing.assert_array_equal(y_off, run(ref.SerializeToString()))
+    assert not np.array_equal(y_off, run(str(on)))

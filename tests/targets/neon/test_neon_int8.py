@@ -143,8 +143,7 @@ def test_qconv_bn_act_exact_vs_integer_reference(rng, requant, act, qt, n, c, h,
     ws = rng.uniform(1e-3, 1e-2, k).astype(np.float32)
     b = rng.integers(-3000, 3000, k).astype(np.float32)
     want = op.reference(x, wt, ws, b, **attrs)
-    g = geom_from_attrs(x.shape, wt.shape, attrs)
-    got = qconv_bn_act(x, wt, ws, b, g, attrs,
+    got = qconv_bn_act(x, wt, ws, b, attrs,
                        lambda y, a: ACTIVATIONS[a["activation"]][0](y, a["clip_min"], a["clip_max"]))
     assert got.dtype == np.float32
     np.testing.assert_array_equal(got, want)
@@ -179,3 +178,115 @@ def test_q_ops_refuse_non_integer_weights(rng):
     with pytest.raises(EdgeOpsError, match="2\\*\\*24"):
         qmatmul(np.ones((2, 3), np.float32), np.ones((3, 2), np.float32), np.ones(2, np.float32),
                 np.full(2, 2.0 ** 25, np.float32), attrs)
+
+
+# ---- the fused pipeline's blocking, threading, chunking and prepared-weight cache -------------
+
+def _conv_case(rng, n, c, h, w, k, r, s, group, conv, requant, act="relu", qt="uint8"):
+    from edgeops.ops import get_op
+    op = get_op("QConvBnAct", "ai.edgeops")
+    attrs = op.parse_attrs({**_q_attrs(rng, "x", requant, act, qt, "int8"), "group": group,
+                            **{kk: list(v) for kk, v in conv.items()}})
+    x = (rng.standard_normal((n, c, h, w)) * 2).astype(np.float32)
+    wt = rng.integers(-128, 128, (k, c // group, r, s)).astype(np.float32)
+    ws = rng.uniform(1e-3, 1e-2, k).astype(np.float32)
+    b = rng.integers(-3000, 3000, k).astype(np.float32)
+    return op, attrs, x, wt, ws, b
+
+
+def _act_fn(y, a):
+    from edgeops.ops.conv_bn_act import ACTIVATIONS
+    return ACTIVATIONS[a["activation"]][0](y, a["clip_min"], a["clip_max"])
+
+
+@pytest.mark.parametrize("blk", [Blocking(QMR, QNR, 4), Blocking(2 * QMR, QNR, 6),
+                                 Blocking(QMR, 2 * QNR, 10)])
+@pytest.mark.parametrize("requant", [False, True])
+def test_qconv_fused_blockings_exact(rng, blk, requant):
+    """Blocks smaller than the problem along every GEMM axis (several kc blocks with an odd
+    tail, ragged mc/nc blocks), batch 3 in image chunks of 2: still the integer reference."""
+    import edgeops.targets.neon.qconv as qc
+    op, attrs, x, wt, ws, b = _conv_case(rng, 3, 7, 11, 13, 2 * QMR + 3, 3, 3, 1,
+                                         {"pads": (1, 2, 0, 1), "strides": (1, 2)}, requant)
+    want = op.reference(x, wt, ws, b, **attrs)
+    old = qc._COLS_BUDGET
+    try:
+        per_img = qc.packed_size(11 * 7, 7 * 9, QNR)
+        qc._COLS_BUDGET = 2 * 2 * per_img          # two images per chunk
+        got = qc.qconv_bn_act(x, wt, ws, b, attrs, _act_fn, blk)
+    finally:
+        qc._COLS_BUDGET = old
+    np.testing.assert_array_equal(got, want)
+
+
+def test_qconv_and_qmatmul_parallel_path_exact(rng):
+    """Problems above the serial threshold run the parallel kernel (all threads)."""
+    from edgeops.ops import get_op
+    from edgeops.targets.neon.qconv import qconv_bn_act, qmatmul
+    op, attrs, x, wt, ws, b = _conv_case(rng, 2, 19, 23, 21, 37, 3, 3, 1, {"pads": (1, 1, 1, 1)},
+                                         True)
+    np.testing.assert_array_equal(qconv_bn_act(x, wt, ws, b, attrs, _act_fn),
+                                  op.reference(x, wt, ws, b, **attrs))
+    mop = get_op("QMatMul", "ai.edgeops")
+    ma = mop.parse_attrs(_q_attrs(rng, "a", False, "relu", "uint8", "int8"))
+    a = (rng.standard_normal((3, 61, 150)) * 2).astype(np.float32)
+    bm = rng.integers(-128, 128, (150, 131)).astype(np.float32)
+    bs = rng.uniform(1e-3, 1e-2, 131).astype(np.float32)
+    np.testing.assert_array_equal(qmatmul(a, bm, bs, None, ma), mop.reference(a, bm, bs, **ma))
+
+
+def test_prepared_weights_follow_the_inputs(rng):
+    """The per-node cache (keyed by the attrs dict) re-prepares when the weights, bias or
+    scales of a call differ from the prepared ones: never a stale result."""
+    from edgeops.targets.neon.qconv import qconv_bn_act, qmatmul
+    op, attrs, x, wt, ws, b = _conv_case(rng, 1, 5, 9, 8, 11, 3, 3, 1, {"pads": (1, 1, 1, 1)},
+                                         False, act="none")
+    w2 = np.clip(-wt, -128, 127)
+    calls = [(wt, ws, b), (wt, ws, b), (w2, ws, b), (w2, ws * 2, b), (w2, ws * 2, None),
+             (w2, ws * 2, b + 1), (wt[:, :, :2, :2].copy(), ws, b)]
+    for w_i, ws_i, b_i in calls:
+        np.testing.assert_array_equal(qconv_bn_act(x, w_i, ws_i, b_i, attrs, _act_fn),
+                                      op.reference(x, w_i, ws_i, b_i, **attrs))
+    from edgeops.ops import get_op
+    mop = get_op("QMatMul", "ai.edgeops")
+    ma = mop.parse_attrs(_q_attrs(rng, "a", True, "none", "int8", "int8"))
+    a = rng.standard_normal((4, 9)).astype(np.float32)
+    bm = rng.integers(-128, 128, (9, 5)).astype(np.float32)
+    for b_i in (bm, bm[:, ::-1].copy(), bm):
+        np.testing.assert_array_equal(qmatmul(a, b_i, np.float32(0.01), None, ma),
+                                      mop.reference(a, b_i, np.float32(0.01), **ma))
+
+
+def _gemm_packed_args():
+    ap = np.zeros(QMR * 16, np.int16)
+    bp = np.zeros(QNR * 16, np.int16)
+    return (0, QMR, 0, QNR, 16, 16, QMR, QNR, ap, 0, 1, bp, 0, 1, np.zeros(QMR * QNR, np.int32),
+            0, QNR)
+
+
+def test_fused_int8_gemm_is_smlal_on_aarch64():
+    """The fused pipeline's GEMM, compiled for Cortex-A76: widening multiply-accumulates
+    (smlal) in a hot loop that keeps its accumulators in registers."""
+    from edgeops.targets.neon import asm
+    from edgeops.targets.neon.qfused import _gemm_packed
+    r = asm.aarch64_asm(_gemm_packed, _gemm_packed_args(), "qfused._gemm_packed")
+    blocks = [b for b in r.asm.split("\n.LBB") if "\tbl\t" not in b]
+    hot = max(blocks, key=lambda b: b.count("smlal"))
+    assert hot.count("smlal") >= 48, r.counts      # 8 x 12 tile x (k even, k odd) / 4 lanes
+    assert not any(ln.strip().startswith(("str", "stp", "st1")) for ln in hot.splitlines())
+
+
+def test_fused_int8_gemm_uses_int16_pair_dot_products_on_x86():
+    """On an x86 host the same loop is vpdpwssd (AVX512-VNNI / AVX-VNNI) or vpmaddwd."""
+    import platform
+    import re
+
+    import llvmlite.binding as llb
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        pytest.skip("x86 instruction check: this host is not x86")
+    from edgeops.targets.neon.qfused import _gemm_packed
+    _gemm_packed(*_gemm_packed_args())
+    text = _gemm_packed.inspect_asm(_gemm_packed.signatures[0])
+    feats = llb.get_host_cpu_features()
+    want = "vpdpwssd" if feats.get("avx512vnni") or feats.get("avxvnni") else "vpmaddwd"
+    assert len(re.findall(rf"\b{want}\b", text)) >= 16
