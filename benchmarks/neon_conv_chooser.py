@@ -2,9 +2,11 @@
 fastest, on a set of ResNet/MobileNet-style conv shapes.
 
 Every candidate decomposition of each shape is timed (minimum of ``--repeats``: the chooser is
-judged on what the kernels can do, not on background load), the chooser's pick is compared with
-the fastest, and the loss when it is wrong is reported. ``--write`` stores the measured winners
-as the board's override table in ``targets/neon/overrides.py`` (the chooser consults it first).
+judged on what the kernels can do, not on background load), the chooser's pick (the simulator's
+cost, with the board's override table set aside) is compared with the fastest, and the loss when
+it is wrong is reported; ``model`` is the chooser's built-in fallback model, for comparison.
+``--write`` stores the measured winners as the board's override table in
+``targets/neon/overrides.py`` (the chooser consults it first).
 
     python benchmarks/neon_conv_chooser.py [--threads 1] [--repeats 10] [--board host]
                                            [--write] [--json]
@@ -66,11 +68,17 @@ def run(repeats: int, board: str) -> list[dict]:
             times = {m: _best(lambda m=m: chooser.conv2d(x, w, b, g, act, method=m), repeats)
                      for m in chooser.candidates(g)}
             pick, why = chooser.choose(g, board, numba.get_num_threads())
+            hook = chooser.cost_hook()
+            chooser.set_cost_hook(None)
+            try:
+                model = chooser.choose(g, board, numba.get_num_threads())[0]
+            finally:
+                chooser.set_cost_hook(hook)
             fastest = min(times, key=times.get)
             rows.append({"shape": name, "signature": chooser.signature(g),
                          "times_s": times, "pick": pick, "fastest": fastest,
                          "hit": pick == fastest, "loss": times[pick] / times[fastest],
-                         "why": why})
+                         "why": why, "model_pick": model, "model_hit": model == fastest})
     finally:
         if saved is not None:
             chooser.OVERRIDES[board] = saved
@@ -103,6 +111,7 @@ def main(argv=None):
     summary = {"shapes": len(rows), "with_a_choice": len(multi),
                "hits": sum(r["hit"] for r in multi),
                "hit_rate": sum(r["hit"] for r in multi) / max(1, len(multi)),
+               "model_hit_rate": sum(r["model_hit"] for r in multi) / max(1, len(multi)),
                "mean_loss_when_wrong": (sum(r["loss"] for r in multi if not r["hit"])
                                         / max(1, sum(not r["hit"] for r in multi)))}
     if args.write:
@@ -111,12 +120,13 @@ def main(argv=None):
         print(json.dumps({"rows": rows, "summary": summary}, indent=1))
         return 0
     print(f"{'shape':<20} {'im2col ms':>9} {'dw ms':>7} {'wino ms':>8} {'pick':>9} {'fastest':>9}"
-          f" {'loss':>5}", file=sys.stderr)
+          f" {'loss':>5} {'model':>9}", file=sys.stderr)
     for r in rows:
         t = r["times_s"]
         f = lambda m: f"{t[m] * 1e3:.3f}" if m in t else "-"  # noqa: E731
         print(f"{r['shape']:<20} {f('im2col'):>9} {f('depthwise'):>7} {f('winograd'):>8} "
-              f"{r['pick']:>9} {r['fastest']:>9} {r['loss']:>5.2f}", file=sys.stderr)
+              f"{r['pick']:>9} {r['fastest']:>9} {r['loss']:>5.2f} {r['model_pick']:>9}",
+              file=sys.stderr)
     print(f"summary: {summary}", file=sys.stderr)
     return 0
 

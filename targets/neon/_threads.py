@@ -10,17 +10,30 @@ from __future__ import annotations
 from contextlib import contextmanager
 
 import numba
+from numba.np.ufunc import parallel as _par
 
 SMALL_ELEMENTS = 1 << 15     # memory-bound kernels: ~30 us of single-thread work
 SMALL_FLOPS = 4e6            # GEMM-like kernels: ~40 us at ~100 GFLOP/s
 
 
+def num_threads() -> int:
+    """``numba.get_num_threads()`` without its per-call cost: the public function takes a
+    multiprocessing lock to check that the pool is up (~3 us a call, measured; kernel wrappers
+    ask 2-3 times per call, a sixth of a 70 us depthwise conv). Once the pool is up, read the
+    thread-local count directly (a private Numba name: fall back to the public call if it goes)."""
+    if getattr(_par, "_is_initialized", False):
+        get = getattr(_par, "_get_num_threads", None)
+        if get is not None:
+            return get()
+    return numba.get_num_threads()
+
+
 @contextmanager
 def serial_if(small: bool):
-    if not small or numba.get_num_threads() == 1:
+    if not small or num_threads() == 1:
         yield
         return
-    before = numba.get_num_threads()
+    before = num_threads()
     numba.set_num_threads(1)  # thread-local in Numba: other threads' calls are unaffected
     try:
         yield

@@ -80,9 +80,12 @@ def _capture_ir():
 # (24 accumulators of 4 lanes), the SwiGLU 4 x 24 tile, and the "narrow" int8 form.
 def _arm_globals() -> dict:
     from edgeops.targets.neon import _microkernel as mk
+    from edgeops.targets.neon.depthwise import make_dw3_kernel
     mr, nv = mk._SHAPES[4]
     return {"MR": mr, "NR": 4 * nv, "QMR": mr, "QNR": 4 * nv, "VL": 4, "SMR": 4,
             "mk_f32": mk.make_f32_kernel(mr, 4, nv),
+            "mk_f32_epi": mk.make_f32_epi_kernel(mr, 4, nv),
+            "dw3_vec": make_dw3_kernel(4),
             "mk_f32_glu": mk.make_f32_kernel(4, 4, 2 * nv),
             "mk_i16": mk.make_i16pair_kernel(mr, 4, nv, "narrow")}
 
@@ -167,6 +170,9 @@ def _examples():
         "neon.conv_depthwise": (depthwise._dw_kernel,
                                 (f32(64), f32(9), f32(1), True, f32(64), 1, 1, 8, 8, 1, 3, 3, 8, 8,
                                  1, 1, 1, 1, 1, 1, 1, 0.0, 0.0)),
+        "neon.conv_depthwise_3x3": (depthwise._dw3_kernel,
+                                    (f32(64), f32(9), f32(1), True, f32(64), 1, 1, 8, 8, 1, 8, 8,
+                                     1, 1, 1, 1, 1, 1, 0.0, 0.0)),
         "neon.conv_winograd": (winograd._input_transform,
                                (f32(64), 0, 1, 1, 8, 8, 4, 4, 1, 1, f32(16 * 16))),
         "neon.swiglu_fused": (swiglu._swiglu_kernel,

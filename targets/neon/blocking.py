@@ -115,16 +115,29 @@ def blocking_for(board: Any = "host", dtype_bytes: int = 4) -> Blocking:
     return _blocking_for_name(str(board), dtype_bytes)
 
 
+# A planner K block below this is raised to it: each K block ends with a store (or re-load) of
+# the whole MR x NR register tile, so a K block of a few steps spends more time moving C than
+# multiplying (512^3 on Zen 4, one thread: kc=2 6.2x slower than kc=256, kc=32 8% slower). The
+# planner's cost model does not see the micro-kernel, so it can ask for such blocks.
+KC_MIN = 32
+
+# the planner's register level: the micro-kernel's MR x NR tile is compile-time, not read
+_REGISTER_LEVELS = ("reg", "regs", "register", "registers")
+
+
 def from_tiling(tiling: Any, board: Any = "host") -> Blocking:
     """The blocking for a kernel call: ``None`` -> board default; a ``Blocking``; a mapping or
     object with ``mc``/``nc``/``kc``; or a planner ``edgeops.tiling.Tiling``.
 
-    The planner's CPU tilings list on-chip levels outermost first (L3, L2, L1...), each with a
-    tile per loop dim. Goto/BLIS reading: ``nc`` is the outermost level's N tile (the B block
-    shared in L3), ``mc`` and ``kc`` the next level's M and K tiles (the A block in L2); a
-    one-level tiling gives all three. Conv tilings map onto the im2col GEMM (M = output
-    channels ``k``, N = ``oh*ow``, K = ``c*r*s``). This function is the only place that knows
-    the planner's field names."""
+    The planner's CPU tilings list on-chip levels outermost first (``outer``, ``l1``, then the
+    register level ``reg``), each with a tile per loop dim. Goto/BLIS reading: ``nc`` is the
+    outermost level's N tile (the B block shared in L3/L2), ``mc`` and ``kc`` the next level's
+    M and K tiles (the A block and the K depth of the micro-panels); a one-level tiling gives all
+    three. The register level is skipped (the micro-kernel shape is compile-time), tiles are
+    rounded up to whole micro-tiles (``Blocking.normalized``) and ``kc`` is at least
+    :data:`KC_MIN`. Conv tilings map onto the im2col GEMM (M = output channels ``k``,
+    N = ``oh*ow``, K = ``c*r*s``). This function is the only place that knows the planner's
+    field names."""
     if tiling is None:
         return blocking_for(board)
     if isinstance(tiling, Blocking):
@@ -135,16 +148,39 @@ def from_tiling(tiling: Any, board: Any = "host") -> Blocking:
         return Blocking(int(tiling["mc"]), int(tiling["nc"]), int(tiling["kc"]), "mapping")
     if all(hasattr(tiling, k) for k in ("mc", "nc", "kc")):
         return Blocking(int(tiling.mc), int(tiling.nc), int(tiling.kc), type(tiling).__name__)
-    levels = getattr(tiling, "levels", None)
+    levels = [lv for lv in getattr(tiling, "levels", None) or ()
+              if str(getattr(lv, "name", "")).lower() not in _REGISTER_LEVELS]
     if levels:
         dims = [_gemm_dims(dict(lv.tile)) for lv in levels]
         if all(d is not None for d in dims):
             outer, inner = dims[0], dims[1] if len(dims) > 1 else dims[0]
-            return Blocking(inner[0], outer[1], inner[2],
+            return Blocking(max(1, inner[0]), max(1, outer[1]), max(KC_MIN, inner[2]),
                             f"tiling {getattr(tiling, 'describe', lambda: '')()}")
     raise TilingError(f"neon: cannot read GEMM blocking (mc, nc, kc) from {type(tiling).__name__} "
                       f"{tiling!r}; pass a Blocking, a mapping with mc/nc/kc, or a GEMM/conv "
                       f"Tiling whose levels tile m, n, k (or k, oh, ow, c, r, s)")
+
+
+# kernels whose (mc, nc, kc) come from a tiling (``tiling=`` reaches ``from_tiling``); the
+# direct depthwise and memory-bound kernels have no cache blocking to set
+TILED_KERNELS = frozenset(
+    ["neon.gemm_packed", "neon.matmul_packed", "neon.swiglu_fused"]
+    + [f"neon.{op}_{d}" for op in ("conv", "conv_bn_act") for d in ("im2col", "winograd")])
+
+
+def accepts_tiling(kernel_name: str, tiling: Any) -> bool | str:
+    """The lowering hook (``edgeops.lower``): True when ``kernel_name`` reads ``tiling``'s
+    blocking, otherwise the reason the planner's tiling would be ignored."""
+    if kernel_name not in TILED_KERNELS:
+        return f"{kernel_name} has no cache blocking to take from a tiling"
+    target = getattr(tiling, "target", "neon")
+    if target != "neon":
+        return f"{kernel_name} reads neon tilings, not {target!r} ones"
+    try:
+        from_tiling(tiling)
+    except TilingError as e:
+        return str(e)
+    return True
 
 
 def _gemm_dims(tile: dict) -> tuple[int, int, int] | None:

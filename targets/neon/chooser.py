@@ -4,9 +4,11 @@ Order of authority:
 
 1. the measured override table for the board (``OVERRIDES[board][signature]``, filled by
    ``benchmarks/neon_conv_chooser.py --write`` or by hand);
-2. the simulator's cost, when a cost hook is installed (``set_cost_hook``): the planner / simulator
-   (issue 3) provides per-decomposition latencies; until it lands, no hook is installed;
-3. the built-in model ``estimate``: GEMM time from its micro-tile count (ragged and short
+2. the simulator's cost through the cost hook (``set_cost_hook``); importing
+   ``edgeops.targets.neon`` installs ``simcost.simulator_cost``: the simulator's predicted latency
+   (board CPU model) of the planner's best tiling per decomposition;
+3. the built-in model ``estimate``, for shapes the planner cannot express (or no hook): GEMM
+   time from its micro-tile count (ragged and short
    dimensions cost what they waste) plus per-element costs of the data-movement passes (im2col,
    Winograd transforms, depthwise taps), measured on the host and scaled by the board's peak.
 
@@ -19,6 +21,7 @@ from typing import Callable
 
 from edgeops.targets.neon import winograd
 from edgeops.targets.neon._microkernel import MR, NR
+from edgeops.targets.neon._threads import num_threads
 from edgeops.targets.neon.conv import ConvGeom
 
 IM2COL, DEPTHWISE, WINOGRAD = "im2col", "depthwise", "winograd"
@@ -54,6 +57,10 @@ def set_cost_hook(fn: Callable[[ConvGeom, str, object], float | None] | None) ->
     simulator registers its per-decomposition latency here."""
     global _COST_HOOK
     _COST_HOOK = fn
+
+
+def cost_hook() -> Callable[[ConvGeom, str, object], float | None] | None:
+    return _COST_HOOK
 
 
 def candidates(g: ConvGeom) -> list[str]:
@@ -159,8 +166,7 @@ def conv2d(x, w, b, g: ConvGeom, act=(0, 0.0, 0.0), method: str | None = None, b
     from edgeops.targets.neon.conv import conv2d_im2col
     from edgeops.targets.neon.depthwise import conv2d_depthwise
     if method is None:
-        import numba
-        method = _choose_cached(g, board if board is not None else "host", numba.get_num_threads())
+        method = _choose_cached(g, board if board is not None else "host", num_threads())
     if method not in candidates(g):
         raise EdgeOpsError(f"neon conv: decomposition {method!r} does not apply to this conv; "
                            f"candidates: {candidates(g)}")

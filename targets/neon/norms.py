@@ -169,6 +169,15 @@ def _act(act):
     return act if isinstance(act, tuple) else ep.activation(act)
 
 
+def _ln_param(name, p, tail):
+    """Scale/B flattened to the normalised shape; the usual full-shape, contiguous parameter is
+    used as is (broadcast_to + copy measured ~5 us a call, 5% of a 128x768 LayerNorm)."""
+    p = _f32("layernorm", name, p)
+    if p.shape == tail and p.flags.c_contiguous:
+        return p.reshape(-1)
+    return np.ascontiguousarray(np.broadcast_to(p, tail)).reshape(-1)
+
+
 def layernorm(x, scale, bias=None, axis=-1, epsilon=1e-5, act=None) -> np.ndarray:
     """LayerNormalization over axes [axis, rank) (+ fused activation, e.g. "gelu"/"gelu_tanh")."""
     x = _f32("layernorm", "X", x)
@@ -178,10 +187,8 @@ def layernorm(x, scale, bias=None, axis=-1, epsilon=1e-5, act=None) -> np.ndarra
     tail = x.shape[ax:]
     d = int(np.prod(tail, dtype=np.int64))
     try:
-        sc = np.ascontiguousarray(
-            np.broadcast_to(_f32("layernorm", "Scale", scale), tail)).reshape(-1)
-        bs = None if bias is None else np.ascontiguousarray(
-            np.broadcast_to(_f32("layernorm", "B", bias), tail)).reshape(-1)
+        sc = _ln_param("Scale", scale, tail)
+        bs = None if bias is None else _ln_param("B", bias, tail)
     except ValueError:
         raise EdgeOpsError(f"neon layernorm: Scale/B do not broadcast to {tail}") from None
     y = np.empty_like(x)

@@ -1,6 +1,8 @@
 """Cross-compile check without emulation: kernels' pre-optimisation LLVM IR compiled by llvmlite
 for aarch64 Cortex-A76 (+neon) uses NEON in the hot loops: ``fmla v*.4s`` for fp32, ``smlal``
 for int8. Each check compiles a fresh, uncached kernel (~5-10 s)."""
+import re
+
 import pytest
 
 from edgeops.errors import EdgeOpsError
@@ -36,6 +38,24 @@ def test_fp32_gemm_microkernel_is_fmla_4s_without_spills():
     assert not any(ln.strip().startswith(("str", "stp", "st1")) for ln in hot)
 
 
+def test_fused_epilogue_store_stays_vector():
+    """The last-K-block micro-kernel (bias + Relu/Clip in registers) stores whole q registers:
+    no scalar stores of the C tile (``str s``) in the kernel."""
+    r = asm.neon_report("neon.gemm_packed")
+    assert r.counts["fmla.4s"] >= 48          # both micro-kernel variants are in the code
+    # the clamp: a vector compare + bit select per stored register (8 x 3 registers, 2 bounds)
+    assert len(re.findall(r"\bfcmgt\s+v\d+\.4s", r.asm)) >= 2 * 24, "no vector clamp"
+
+
+def test_depthwise_3x3_rows_are_fmla_4s():
+    """The direct 3x3 depthwise row kernel: nine vector FMAs per 4 outputs, and stride 2
+    de-interleaves with uzp1/uzp2 (or ld2) instead of scalar loads."""
+    r = asm.neon_report("neon.conv_depthwise_3x3")
+    hot = _hot_block(r, "fmla")
+    assert sum("fmla" in ln and ".4s" in ln for ln in hot) >= 9
+    assert any(op in r.asm for op in ("uzp1", "uzp2", "ld2\t", "ld2 ")), "stride 2 is not vector"
+
+
 def test_int8_microkernel_is_smlal():
     r = asm.neon_report("neon.qlinearmatmul")
     assert r.uses("smlal")
@@ -46,7 +66,8 @@ def test_int8_microkernel_is_smlal():
 
 @pytest.mark.full
 @pytest.mark.parametrize("name", [k for k in asm.kernels()
-                                  if k not in ("neon.gemm_packed", "neon.qlinearmatmul")])
+                                  if k not in ("neon.gemm_packed", "neon.qlinearmatmul",
+                                               "neon.conv_depthwise_3x3")])
 def test_every_inspectable_kernel_vectorises_for_neon(name):
     r = asm.neon_report(name)
     assert r.uses("fmla.4s") or r.uses("fmul.4s") or r.uses("ld1/ldr q"), r.counts

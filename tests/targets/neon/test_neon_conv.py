@@ -62,6 +62,11 @@ DW_CASES = [
     (1, 5, 17, 16, 10, 3, 3, {"strides": (2, 2), "pads": (1, 1, 1, 1)}),   # multiplier 2
     (1, 6, 12, 12, 6, 5, 5, {"dilations": (2, 2), "pads": (4, 3, 2, 4)}),
     (3, 4, 9, 7, 4, 3, 2, {"strides": (1, 3)}),
+    # wide enough for the vectorised 3x3 rows (interior >= 16 outputs; ragged last vector)
+    (2, 3, 7, 37, 6, 3, 3, {"pads": (1, 1, 1, 1)}),
+    (1, 4, 9, 71, 4, 3, 3, {"strides": (2, 2), "pads": (0, 1, 2, 0)}),
+    (1, 2, 11, 50, 2, 3, 3, {"dilations": (2, 1), "strides": (1, 2), "pads": (2, 0, 2, 1)}),
+    (1, 3, 5, 33, 3, 3, 3, {}),
 ]
 
 
@@ -108,16 +113,46 @@ def test_chooser_candidates_and_override():
     assert chooser.choose(dw, "host")[0] == "depthwise"
     s = geom_from_attrs(x_shape, w_shape, {"strides": (2, 2)})
     assert chooser.candidates(s) == ["im2col"]
+    saved = chooser.OVERRIDES.get("host")
     chooser.OVERRIDES["host"] = {chooser.signature(g): "im2col"}
     try:
         assert chooser.choose(g, "host") == ("im2col", "measured override for host")
     finally:
-        chooser.OVERRIDES.pop("host")
+        chooser.OVERRIDES["host"] = saved if saved is not None else {}
+    prev = chooser.cost_hook()
     chooser.set_cost_hook(lambda geom, d, board: {"im2col": 2.0, "winograd": 1.0}[d])
     try:
         assert chooser.choose(g, "host")[0] == "winograd"
+        chooser.set_cost_hook(lambda geom, d, board: {"im2col": 1.0, "winograd": 2.0}[d])
+        assert chooser.choose(g, "host")[0] == "im2col"
     finally:
-        chooser.set_cost_hook(None)
+        chooser.set_cost_hook(prev)
+
+
+def test_chooser_uses_the_simulator_by_default():
+    """Importing the target installs the simulator's cost; its pick is the decomposition with the
+    lowest predicted latency, and a measured override still wins over it."""
+    from edgeops.targets.neon import simcost
+    assert chooser.cost_hook() is simcost.simulator_cost
+    g = geom_from_attrs((1, 32, 20, 20), (48, 32, 3, 3), {"pads": (1, 1, 1, 1)})
+    costs = {d: simcost.simulator_cost(g, d, "host") for d in chooser.candidates(g)}
+    assert all(t is not None and t > 0 for t in costs.values()), costs
+    pick, why = chooser.choose(g, "host")
+    assert pick == min(costs, key=costs.get) and why.startswith("simulator"), (pick, why, costs)
+    # a 1x1 conv is priced as the planner's implicit GEMM (no column copy, as the kernel runs it)
+    pw = geom_from_attrs((1, 16, 9, 9), (8, 16, 1, 1), {})
+    assert simcost.planner_decomposition(pw, "im2col") == "implicit_gemm"
+    # the planner's spec has one pad/stride for both axes: anything else is "no opinion"
+    odd = geom_from_attrs((1, 4, 9, 9), (4, 4, 3, 3), {"strides": (1, 2)})
+    assert simcost.simulator_cost(odd, "im2col", "host") is None
+    assert chooser.choose(odd, "host")[1].startswith("cost model")
+    other = next(d for d in costs if d != pick)
+    saved = chooser.OVERRIDES.get("host")
+    chooser.OVERRIDES["host"] = {chooser.signature(g): other}
+    try:
+        assert chooser.choose(g, "host") == (other, "measured override for host")
+    finally:
+        chooser.OVERRIDES["host"] = saved if saved is not None else {}
 
 
 def test_conv_bad_inputs(rng):
