@@ -8,12 +8,18 @@ its default graph optimisations):
 * ``eltwise``: an ai.edgeops elementwise op (ReLU, a Numba kernel writing into the input copy
   the bridge hands it; ``--alloc``: into a new array) vs ONNX Runtime's Relu (target <= 4x);
 * ``identity_stock``: the identity op through onnxruntime-extensions' stock ``.tolist()``
-  return path, the figure the fast hook exists to avoid.
+  return path, the figure the fast hook exists to avoid;
+* ``swiglu``: a GEMM-bound node with small activations, where the weights' copy was the cost:
+  the SwiGLU subgraph (MatMul, MatMul, Sigmoid, Mul, Mul; M=16, D=768, F=2048) lowered for
+  ``rpi5`` with ``--lower all`` (one ai.edgeops::SwiGLU node on neon.swiglu_fused, the
+  package's model) vs ONNX Runtime on the unfused subgraph; ``before``: the node's weights
+  cross the bridge on every call (``prepare(hold_constants=False)``), ``after``: held
+  constants (edgeops/ort/consts.py).
 
 Both ai.edgeops ops are benchmark-only: defined here (op definition + reference-target kernel)
 and run through the real edgeops.ort dispatch (prepare, per-node attribute, kernel lookup).
 
-    python benchmarks/ort_boundary.py [--repeats 200] [--threads 1 2] [--alloc] [--json]
+    python benchmarks/ort_boundary.py [--repeats 200] [--threads 1 2] [--alloc] [--no-swiglu] [--json]
 """
 from __future__ import annotations
 
@@ -98,6 +104,45 @@ def _model(op: str, domain: str = ""):
                                                               helper.make_opsetid(EDGEOPS_DOMAIN, 1)])
 
 
+SW_M, SW_D, SW_F = 16, 768, 2048
+
+
+def _swiglu_unfused():
+    from onnx import numpy_helper
+    rng = np.random.default_rng(1)
+    w = {k: (rng.standard_normal((SW_D, SW_F)) / np.sqrt(SW_D)).astype(np.float32) for k in ("w1", "w2")}
+    N = helper.make_node
+    nodes = [N("MatMul", ["x", "w1"], ["g"], name="gate"), N("Sigmoid", ["g"], ["s"], name="sig"),
+             N("Mul", ["g", "s"], ["a"], name="silu"), N("MatMul", ["x", "w2"], ["u"], name="up"),
+             N("Mul", ["a", "u"], ["y"], name="gate_up")]
+    g = helper.make_graph(nodes, "swiglu", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [SW_M, SW_D])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [SW_M, SW_F])],
+                          [numpy_helper.from_array(v, k) for k, v in w.items()])
+    return helper.make_model(g, ir_version=10, opset_imports=[helper.make_opsetid("", 21)])
+
+
+def measure_swiglu(so, repeats: int) -> dict:
+    from edgeops.lower import lower
+    src = _swiglu_unfused()
+    lowered = lower(src, "rpi5", mode="all").model
+    kinds = [(n.op_type, n.domain) for n in lowered.graph.node]
+    assert kinds == [("SwiGLU", EDGEOPS_DOMAIN)], kinds
+    mk = lambda m: ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    sess = {"before": mk(eort.prepare(lowered, hold_constants=False)),
+            "after": mk(eort.prepare(lowered)), "ort": mk(src)}
+    x = np.random.default_rng(2).standard_normal((SW_M, SW_D)).astype(np.float32)
+    want = sess["ort"].run(None, {"x": x})[0]
+    for k in ("before", "after"):
+        np.testing.assert_allclose(sess[k].run(None, {"x": x})[0], want, rtol=1e-4,
+                                   atol=1e-4 * float(np.abs(want).max()))
+    ms = {}
+    ms["swiglu_before"], ms["swiglu_ort"] = _paired_ms(sess["before"], sess["ort"], x, repeats)
+    ms["swiglu_after"], ort2 = _paired_ms(sess["after"], sess["ort"], x, repeats)
+    ms["swiglu_ort"] = statistics.median([ms["swiglu_ort"], ort2])
+    eort.raise_errors()
+    return ms
+
+
 def _paired_ms(a, b, x, repeats: int, blocks: int = 10) -> tuple[float, float]:
     """Median ms of a.run and of b.run. Timed in alternating blocks: within a block each side
     runs back to back (warm, as in a real loop), and the alternation spreads the drift of a
@@ -114,7 +159,7 @@ def _paired_ms(a, b, x, repeats: int, blocks: int = 10) -> tuple[float, float]:
     return 1e3 * statistics.median(ta), 1e3 * statistics.median(tb)
 
 
-def measure(threads: int, repeats: int) -> dict:
+def measure(threads: int, repeats: int, swiglu: bool = True) -> dict:
     so = eort.register(ort.SessionOptions(), threads=threads)   # same options on both sides
     numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
 
@@ -145,6 +190,10 @@ def measure(threads: int, repeats: int) -> dict:
     ratios = {"identity": ms["edgeops_identity"] / ms["ort_identity"],
               "eltwise": ms["edgeops_relu"] / ms["ort_relu"],
               "identity_stock": ms["edgeops_identity_stock"] / ms["ort_identity"]}
+    if swiglu:
+        ms.update(measure_swiglu(so, repeats))
+        ratios["swiglu_before"] = ms["swiglu_before"] / ms["swiglu_ort"]
+        ratios["swiglu_after"] = ms["swiglu_after"] / ms["swiglu_ort"]
     return {"threads": threads, "ms": {k: round(v, 4) for k, v in ms.items()},
             "ratios": {k: round(v, 2) for k, v in ratios.items()},
             "within_target": {k: ratios[k] <= t for k, t in TARGETS.items()}}
@@ -158,12 +207,13 @@ def main(argv=None) -> int:
     ap.add_argument("--json", action="store_true", help="one JSON document on stdout")
     ap.add_argument("--alloc", action="store_true",
                     help="elementwise kernel allocates its output instead of reusing the input copy")
+    ap.add_argument("--no-swiglu", action="store_true", help="skip the SwiGLU M=16 case")
     args = ap.parse_args(argv)
     global ALLOC
     ALLOC = args.alloc
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     threads = args.threads or sorted({1, cores})
-    rows = [measure(t, args.repeats) for t in threads]
+    rows = [measure(t, args.repeats, not args.no_swiglu) for t in threads]
     doc = {"benchmark": "ort_boundary", "elements": N, "dtype": "fp32", "repeats": args.repeats,
            "eltwise_output": "new array" if ALLOC else "in place (the bridge's input copy)",
            "onnxruntime": ort.__version__, "targets": TARGETS, "results": rows}
@@ -182,6 +232,10 @@ def main(argv=None) -> int:
               f"  ratio {q['eltwise']:6.2f}x (target <= {TARGETS['eltwise']}x)")
         print(f"  stock .tolist() bridge, identity {m['edgeops_identity_stock']:8.3f} ms"
               f"  ratio {q['identity_stock']:6.1f}x")
+        if "swiglu_after" in m:
+            print(f"  swiglu M={SW_M} D={SW_D} F={SW_F}, ORT unfused {m['swiglu_ort']:8.3f} ms; edgeops "
+                  f"weights copied per call {m['swiglu_before']:8.3f} ms ({q['swiglu_before']:.2f}x), "
+                  f"held {m['swiglu_after']:8.3f} ms ({q['swiglu_after']:.2f}x)")
     return 0
 
 

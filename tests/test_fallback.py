@@ -39,7 +39,7 @@ def patch_kernel(monkeypatch):
     eort.reset_fallback_counts()
 
 
-def _raise(inputs, attrs, **kw):
+def _raise(inputs, attrs, tiling=None, **kw):   # the package's node carries a tiling
     raise ValueError("deliberate kernel failure")
 
 
@@ -77,8 +77,8 @@ def test_rule_error_raises_after_the_run(pkg, patch_kernel):
 def test_nan_guard_recomputes_non_finite_outputs(pkg, patch_kernel):
     real = registry.kernel_by_name(KERNEL).fn
 
-    def poisoned(inputs, attrs, **kw):
-        out = [np.array(o, copy=True) for o in real(inputs, attrs, **kw)]
+    def poisoned(inputs, attrs, tiling=None, **kw):
+        out = [np.array(o, copy=True) for o in real(inputs, attrs, tiling=tiling, **kw)]
         out[0].reshape(-1)[::7] = np.nan
         return out
     patch_kernel(poisoned)

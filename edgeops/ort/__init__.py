@@ -32,6 +32,16 @@ raises: it records the error and returns NaN outputs; :func:`session`'s ``run`` 
 rules instead: a failing kernel runs the op's numpy reference for that call, warned once per node
 and counted in :func:`fallback_counts` (:mod:`edgeops.ort.fallback`).
 
+Held constants. The bridge copies every input into a new numpy array on every call, weights
+included. :func:`prepare` therefore takes each ai.edgeops node's fp32 inputs that are graph
+initializers (not overridable graph inputs) or Constant outputs out of the node: the node is fed
+the empty placeholder there, the array is held in this process under a sha256 digest of its
+content, named in ``edgeops_dispatch``, and handed back to the kernel on every call, the same
+read-only object (:mod:`edgeops.ort.consts`). An initializer other standard nodes still use
+stays in the graph for ONNX Runtime; one no node uses any more is dropped from the prepared copy.
+So a prepared model runs only in the process that prepared it; packages store the unprepared
+model and :func:`session` prepares it. ``prepare(..., hold_constants=False)`` keeps the copies.
+
 Dtypes. The bridge aborts on fp16 tensors, so ai.edgeops nodes are declared fp32 (ONNX Runtime
 refuses an fp16 input when the session is made); a kernel that computes in fp16 gets its inputs
 converted inside the call. The stock bridge returns outputs through ``.tolist()`` (~75 ms per 1M
@@ -129,12 +139,14 @@ def register(session_options=None, target: str = "reference", *, threads: int | 
     return so
 
 
-def prepare(model, target: str | None = None, *, session_options=None, fallback: dict | None = None):
+def prepare(model, target: str | None = None, *, session_options=None, fallback: dict | None = None,
+            hold_constants: bool = True):
     """A copy of ``model`` (ModelProto) whose ai.edgeops nodes carry the dispatch attribute and
     all their inputs, ready for a session registered with :func:`register`. ``target``: explicit,
     else the one ``session_options`` was registered with, else ``reference``. ``fallback``: what
     a node does when its kernel fails (a package manifest's ``runtime.fallback``, see
     :mod:`edgeops.ort.fallback`; default: record the failure, NaN outputs, raise after run).
+    ``hold_constants``: hold the nodes' constant inputs in this process (see "Held constants").
     Raises OrtIntegrationError / OpDefinitionError / KernelNotFoundError naming the node."""
     import onnx
     from onnx import helper, numpy_helper
@@ -151,6 +163,7 @@ def prepare(model, target: str | None = None, *, session_options=None, fallback:
     names = {t.name for t in g.initializer} | {i.name for i in g.input} | {
         x for n in g.node for x in [*n.input, *n.output]}
     placeholder = None
+    consts = _Constants(g) if hold_constants else None
     for k, n in enumerate(g.node):
         if n.domain != EDGEOPS_DOMAIN:
             continue
@@ -168,8 +181,12 @@ def prepare(model, target: str | None = None, *, session_options=None, fallback:
                                       f"{od.max_inputs} inputs, got {len(n.input)}")
         present = [bool(x) for x in n.input] + [False] * (od.max_inputs - len(n.input))
         attrs = od.parse_attrs(raw, where)
-        spec = make_spec(od, where, target, kernel, tiling, attrs, present, board, fb)
+        held = {} if consts is None else {
+            i: h for i, x in enumerate(n.input) if x and (h := consts.hold(x)) is not None}
+        spec = make_spec(od, where, target, kernel, tiling, attrs, present, board, fb, held)
         resolve(spec)    # every check now, before ONNX Runtime holds the node
+        if held:
+            present = [p and i not in held for i, p in enumerate(present)]
         if not all(present):
             if placeholder is None:
                 placeholder = PLACEHOLDER
@@ -180,9 +197,71 @@ def prepare(model, target: str | None = None, *, session_options=None, fallback:
             del n.input[:]
             n.input.extend(ins)
         n.attribute.append(helper.make_attribute(DISPATCH_ATTR, spec))
+    if consts is not None:
+        consts.drop_unused()
     if not any(o.domain == EDGEOPS_DOMAIN for o in m.opset_import):
         m.opset_import.append(helper.make_opsetid(EDGEOPS_DOMAIN, 1))
     return m
+
+
+class _Constants:
+    """The fp32 constants of a graph that ai.edgeops nodes may hold: initializers that are not
+    graph inputs (those a caller may override) and outputs of Constant nodes."""
+
+    def __init__(self, g):
+        inputs = {i.name for i in g.input}
+        self.g = g
+        self.protos = {t.name: t for t in g.initializer if t.name not in inputs}
+        self.nodes = {n.output[0]: n for n in g.node
+                      if n.op_type == "Constant" and n.domain in ("", "ai.onnx") and len(n.output) == 1}
+        self.digests: dict[str, str | None] = {}
+
+    def hold(self, name: str) -> str | None:
+        if name not in self.digests:
+            a = self._array(name)
+            from edgeops.ort.consts import hold
+            self.digests[name] = None if a is None else hold(a)
+        return self.digests[name]
+
+    def _array(self, name):
+        from onnx import TensorProto, numpy_helper
+        t = self.protos.get(name)
+        if t is None and name in self.nodes:
+            a = self.nodes[name].attribute
+            t = a[0].t if len(a) == 1 and a[0].name == "value" else None
+        # fp32 only (what the bridge would hand); external data not loaded stays an input
+        if t is None or t.data_type != TensorProto.FLOAT or t.data_location == TensorProto.EXTERNAL:
+            return None
+        return numpy_helper.to_array(t)
+
+    def drop_unused(self) -> None:
+        """Drop held initializers and Constant nodes nothing reads any more (subgraphs and graph
+        outputs included), so that ONNX Runtime keeps no second copy."""
+        held = {n for n, h in self.digests.items() if h is not None}
+        if not held:
+            return
+        used = {o.name for o in self.g.output} | _reads(self.g)
+        gone = held - used
+        if not gone:
+            return
+        keep = [t for t in self.g.initializer if t.name not in gone or t.name not in self.protos]
+        del self.g.initializer[:]
+        self.g.initializer.extend(keep)
+        nodes = [n for n in self.g.node if not (n.op_type == "Constant" and n.output
+                                                and n.output[0] in gone and n.output[0] in self.nodes)]
+        del self.g.node[:]
+        self.g.node.extend(nodes)
+
+
+def _reads(g) -> set[str]:
+    """Every tensor name a node of ``g`` or of its subgraphs reads."""
+    out: set[str] = set()
+    for n in g.node:
+        out.update(n.input)
+        for a in n.attribute:
+            for sub in ([a.g] if a.HasField("g") else []) + list(a.graphs):
+                out |= _reads(sub)
+    return out
 
 
 def _load(src):

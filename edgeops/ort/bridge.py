@@ -90,8 +90,8 @@ def _failed(od, spec, inputs, exc):
     _errors.__dict__.setdefault("items", []).append(msg)
     print(f"edgeops: {msg} (outputs set to NaN)", file=sys.stderr)
     try:
-        shapes = od.shape(od.parse_attrs(d["attrs"]), [x.shape if p else None
-                                                       for x, p in zip(inputs, d["present"])])
+        xs = resolve(spec).inputs(inputs)     # held constants back in place of placeholders
+        shapes = od.shape(od.parse_attrs(d["attrs"]), [None if x is None else x.shape for x in xs])
     except Exception:  # noqa: BLE001  (best effort: a NaN tensor shaped like the input)
         shapes = [inputs[0].shape] * getattr(od, "num_outputs", 1)
     outs = tuple(np.full(s, np.nan, np.float32) for s in shapes)

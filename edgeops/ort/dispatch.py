@@ -3,12 +3,20 @@
 attributes, which inputs are present, optional board), parsed once per distinct string and
 cached, then the kernel chosen from it: the named kernel, else the highest-priority kernel of the
 target that accepts the inputs, else the ``reference`` kernel. A node lowered for a board names
-it (``board`` attribute); a kernel whose signature takes ``board`` is called with it."""
+it (``board`` attribute); a kernel whose signature takes ``board`` is called with it.
+
+Held constants (:mod:`edgeops.ort.consts`): the spec's ``consts`` maps input positions to
+digests; the dispatch puts those read-only arrays back in place of the placeholder the node is
+fed, the same objects on every call. Each dispatch entry has a ``state`` dict, handed to kernels
+whose signature takes ``state``: a kernel may keep prepared weights there, and may trust that a
+held constant it receives (the same read-only object) has not changed. An entry is per spec
+string, which names the node and its constants' digests, so the state is per node (sessions of
+one model prepared twice share it, and its constants)."""
 from __future__ import annotations
 
 import inspect
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -71,16 +79,27 @@ class _Dispatch:
     board: str | None = None    # the board the node was lowered for
     kernel_error: str = "error"  # edgeops.ort.fallback: "reference" or "error"
     nan_guard: bool = False
+    held: dict = field(default_factory=dict)    # input position -> held read-only array
 
     def __post_init__(self):
         self._by_shape: dict = {}
         self._trim = len(self.present) - self.present[::-1].index(True)   # omitted trailing inputs
-        self._all = all(self.present[:self._trim])
+        self._all = all(self.present[:self._trim]) and not self.held
+        # per position: _RUNTIME (what the bridge hands), None (absent) or the held array
+        self._slots = tuple(self.held.get(i, _RUNTIME) if p else None
+                            for i, p in enumerate(self.present[:self._trim]))
+        self._half: dict = {}     # position -> fp16 copy of a held array, for fp16 kernels
         self._reference = f"reference.{self.od.name}"     # the op's numpy reference kernel
+        self.state: dict = {}
+
+    def inputs(self, inputs) -> list:
+        """The kernel's inputs from the bridge's: absent ones None, held constants put back."""
+        if self._all:
+            return list(inputs[:self._trim])
+        return [x if s is _RUNTIME else s for x, s in zip(inputs[:self._trim], self._slots)]
 
     def call(self, inputs):
-        xs = list(inputs[:self._trim]) if self._all else [
-            x if p else None for x, p in zip(inputs[:self._trim], self.present)]
+        xs = self.inputs(inputs)
         k = self.kernel
         if k is None:   # chosen once per input shapes (a predicate may depend on them)
             key = tuple([None if x is None else x.shape for x in xs])
@@ -109,12 +128,26 @@ class _Dispatch:
 
     def _run(self, k, xs):
         if "fp32" not in k.dtypes and "fp16" in k.dtypes:   # fp16 lives inside the call
-            xs = [x if x is None else x.astype(np.float16) for x in xs]
+            xs = [x if x is None else self._fp16(i) if i in self.held else x.astype(np.float16)
+                  for i, x in enumerate(xs)]
         kw = {} if self.tiling is None else {"tiling": self.tiling}
         if self.board is not None and _takes(k.fn, "board"):
             kw["board"] = self.board
+        if _takes(k.fn, "state"):
+            kw["state"] = self.state
         outs = k.fn(xs, self.attrs, **kw)
         return [outs] if isinstance(outs, np.ndarray) else outs
+
+    def _fp16(self, i):
+        h = self._half.get(i)
+        if h is None:
+            h = self.held[i].astype(np.float16)
+            h.setflags(write=False)
+            self._half[i] = h
+        return h
+
+
+_RUNTIME = object()
 
 
 def _finite(arrays) -> bool:
@@ -157,10 +190,12 @@ def _choose_kernel(od, target, attrs, xs, node):
 
 
 def make_spec(od, node: str, target: str, kernel: str | None, tiling: str | None, attrs: dict,
-              present: list[bool], board: str | None = None, fallback: dict | None = None) -> str:
+              present: list[bool], board: str | None = None, fallback: dict | None = None,
+              consts: dict[int, str] | None = None) -> str:
     """The dispatch attribute's value (floats as JSON numbers: exact, unlike the bridge's own
     attribute printing). ``board``: the board the node was lowered for (absent when None).
-    ``fallback``: run-time rules from :func:`edgeops.ort.fallback.rules` (absent when None)."""
+    ``fallback``: run-time rules from :func:`edgeops.ort.fallback.rules` (absent when None).
+    ``consts``: {input position: digest} of held constants (:mod:`edgeops.ort.consts`)."""
     d = {"format": FORMAT, "op": od.name, "domain": od.domain, "node": node,
          "target": target, "kernel": kernel, "tiling": tiling,
          "attrs": {a: list(v) if isinstance(v, tuple) else v for a, v in attrs.items()},
@@ -169,6 +204,8 @@ def make_spec(od, node: str, target: str, kernel: str | None, tiling: str | None
         d["board"] = board
     if fallback is not None:
         d["fallback"] = fallback
+    if consts:
+        d["consts"] = {str(i): h for i, h in sorted(consts.items())}
     return json.dumps(d, sort_keys=True)
 
 
@@ -219,7 +256,30 @@ def _parse(spec: str) -> _Dispatch:
     except OrtIntegrationError as e:
         raise OrtIntegrationError(f"node {node!r}: {e}") from None
     return _Dispatch(od, node, target, kernel, tiling, attrs, tuple(d["present"]), board,
-                     fb["kernel_error"], fb["nan_guard"])
+                     fb["kernel_error"], fb["nan_guard"], _held(d.get("consts"), d["present"], node))
+
+
+def _held(consts, present, node) -> dict:
+    from edgeops.ort.consts import get
+    if not consts:
+        return {}
+    held = {}
+    for pos, key in consts.items():
+        a = get(key) if isinstance(key, str) else None
+        try:
+            i = int(pos)
+        except ValueError:
+            i = -1
+        if not 0 <= i < len(present) or not present[i]:
+            raise OrtIntegrationError(f"node {node!r}: {DISPATCH_ATTR} holds a constant at input "
+                                      f"{pos!r}, which the node does not have")
+        if a is None:
+            raise OrtIntegrationError(
+                f"node {node!r}: held constant {str(key)[:12]}... (input {i}) is not in this "
+                f"process: a prepared model runs only in the process that prepared it; prepare "
+                f"the unprepared model (a package's model.onnx) where the session is made")
+        held[i] = a
+    return held
 
 
 def _tiling(text, node, kernel):

@@ -4,16 +4,21 @@ packed int16-pair GEMM panels (through im2col for a conv), runs the int16-pair m
 int32 accumulation against the node's packed weights and requantises / dequantises per
 :mod:`edgeops.ops.qarith` into the fp32 output. Small problems take a serial twin of the kernel.
 
-Prepared weights. The bridge hands every input as a fresh fp32 copy (weights included: int8
-values carried as fp32), at addresses the allocator reuses for other tensors, so neither the
-array nor its address identifies a node's weights. What does: the ``attrs`` dict, which the
-dispatch parses once per node and passes on every call. Each node keeps its int8 weights, int32
-bias, per-channel scales and per-input-shape plans (geometry, blocking, thread split) under
-``id(attrs)``; the entry holds ``attrs`` itself, so that id cannot be reused by another object
-while the entry lives. Before use, every call checks in one vectorised pass that the fp32
-weights, bias and scales it was given equal the prepared ones (a mismatch prepares them again):
-a node whose weight input is not a constant stays correct, it only pays the preparation.
-At most ``_MAX_NODES`` nodes are kept (first in, first out).
+Prepared weights. Each node keeps its int8 weights, int32 bias, per-channel scales and
+per-input-shape plans (geometry, blocking, thread split) in a ``_Node``. Under ONNX Runtime the
+dispatch hands the kernel its node's ``state`` dict (:mod:`edgeops.ort.dispatch`), which holds
+it; and it hands weights, bias and scales that are graph constants as the same read-only arrays
+on every call (:mod:`edgeops.ort.consts`). So with ``state``, a call whose weights, bias and
+scales are the very (read-only) objects the node was prepared from uses the prepared weights
+with no further check; the entry keeps those objects alive, so their identity cannot pass to
+another array.
+
+Otherwise (a direct call, or a weight input that is not a constant and so arrives as a fresh
+copy, at an address the allocator reuses) nothing identifies the weights but their content:
+the ``_Node`` lives under ``id(attrs)`` (the dispatch parses ``attrs`` once per node; the entry
+holds ``attrs`` so that id cannot be reused while it lives, at most ``_MAX_NODES`` nodes, first
+in, first out), and every call checks in one vectorised pass that the fp32 weights, bias and
+scales it was given equal the prepared ones (a mismatch prepares them again).
 """
 from __future__ import annotations
 
@@ -69,10 +74,16 @@ class _Node:
 
 
 _nodes: OrderedDict[int, _Node] = OrderedDict()
+_STATE_KEY = "neon.int8"
 _lock = threading.Lock()
 
 
-def _node(attrs) -> _Node:
+def _node(attrs, state) -> _Node:
+    if state is not None:
+        e = state.get(_STATE_KEY)
+        if e is None:
+            e = state[_STATE_KEY] = _Node(attrs)
+        return e
     e = _nodes.get(id(attrs))
     if e is None or e.attrs is not attrs:
         with _lock:
@@ -86,12 +97,20 @@ def _flat32(a):
     return np.ascontiguousarray(a, np.float32).reshape(-1)
 
 
-def _weights(e: _Node, w, bias, w_scale, what, nch):
+def _frozen(*arrays) -> bool:
+    return all(a is None or (isinstance(a, np.ndarray) and not a.flags.writeable) for a in arrays)
+
+
+def _weights(e: _Node, w, bias, w_scale, what, nch, state=None):
     """The node's prepared weights (w shape, int8 weights, int32 bias (zeros if none), the fp32
-    scales as given, and one per channel), checked against this call's inputs or made anew."""
+    scales as given, one per channel, and with ``state`` the read-only arrays they were made
+    from), checked against this call's inputs or made anew."""
+    p = e.weights
+    if p is not None and p[5] is not None and p[5][0] is w and p[5][1] is bias \
+            and p[5][2] is w_scale:   # the same held constants: unchanged (see the docstring)
+        return p
     wf, ws = _flat32(w), _flat32(w_scale)
     bf = _flat32(np.zeros(nch, np.float32) if bias is None or np.size(bias) == 0 else bias)
-    p = e.weights
     if p is not None and p[0] == w.shape and _same(wf, p[1], bf, p[2], ws, p[3]):
         return p
     try:
@@ -102,8 +121,9 @@ def _weights(e: _Node, w, bias, w_scale, what, nch):
     if bq.size != nch or ws.size not in (1, nch):
         raise EdgeOpsError(f"neon int8: {bq.size} biases and {ws.size} weight scales for {nch} "
                            f"output channels")
+    src = (w, bias, w_scale) if state is not None and _frozen(w, bias, w_scale) else None
     p = (w.shape, np.ascontiguousarray(wq).reshape(-1), bq, ws.copy(),
-         np.ascontiguousarray(np.broadcast_to(ws, (nch,)), np.float32))
+         np.ascontiguousarray(np.broadcast_to(ws, (nch,)), np.float32), src)
     e.weights = p     # one assignment: a concurrent caller sees the old tuple or the new one
     return p
 
@@ -146,11 +166,12 @@ def _prepared(plan, wts, make):
     return got
 
 
-def qconv_bn_act(x, w, w_scale, bias, attrs, act, tiling=None) -> np.ndarray:
+def qconv_bn_act(x, w, w_scale, bias, attrs, act, tiling=None, state=None) -> np.ndarray:
     """QConvBnAct on NCHW fp32 ``x`` (``attrs`` parsed by the op); ``act(y, attrs)`` the float
-    activation, used only when the output is not quantized and it is neither none nor relu."""
-    e = _node(attrs)
-    wts = _weights(e, w, bias, w_scale, "W", w.shape[0])
+    activation, used only when the output is not quantized and it is neither none nor relu.
+    ``state``: the node's dispatch state (see the module docstring)."""
+    e = _node(attrs, state)
+    wts = _weights(e, w, bias, w_scale, "W", w.shape[0], state)
     key = (x.shape, w.shape, None if tiling is None else id(tiling))   # blocking: speed only
     plan = e.plans.get(key)
     if plan is None:
@@ -192,13 +213,14 @@ def _conv_plan(x_shape, w_shape, attrs, tiling) -> dict:
             "asz": packed_size(g.kg, KK, QMR), "bsz": per_img}
 
 
-def qmatmul(a, b, b_scale, bias, attrs, tiling=None) -> np.ndarray:
-    """QMatMul: A (..., K) fp32, B (K, N) fp32 holding int8; batched over A's leading axes."""
+def qmatmul(a, b, b_scale, bias, attrs, tiling=None, state=None) -> np.ndarray:
+    """QMatMul: A (..., K) fp32, B (K, N) fp32 holding int8; batched over A's leading axes.
+    ``state``: the node's dispatch state (see the module docstring)."""
     if b.ndim != 2 or a.shape[-1] != b.shape[0]:
         raise EdgeOpsError(f"neon int8 matmul: A {a.shape} and B {b.shape} do not multiply")
-    e = _node(attrs)
+    e = _node(attrs, state)
     K, N = b.shape
-    wts = _weights(e, b, bias, b_scale, "B", N)
+    wts = _weights(e, b, bias, b_scale, "B", N, state)
     M = int(np.prod(a.shape[:-1], dtype=np.int64))
     key = (a.shape, b.shape, None if tiling is None else id(tiling))
     plan = e.plans.get(key)

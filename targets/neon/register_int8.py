@@ -24,17 +24,17 @@ def _qmatmul_pred(node):
 
 @register_kernel("ai.edgeops::QConvBnAct", T, dtypes=("fp32",), predicate=_im2col_pred,
                  name="neon.qconv_bn_act_int8", priority=10)
-def _qconv(inputs, attrs, tiling=None):
+def _qconv(inputs, attrs, tiling=None, state=None):
     """INT8 Conv2D (+act): quantise, im2col + int16-pair GEMM, int32 acc, requantise."""
     x, w, ws = inputs[:3]
     b = inputs[3] if len(inputs) > 3 else None
-    return [qconv_bn_act(x, w, ws, b, attrs, _act, tiling)]
+    return [qconv_bn_act(x, w, ws, b, attrs, _act, tiling, state)]
 
 
 @register_kernel("ai.edgeops::QMatMul", T, dtypes=("fp32",), predicate=_qmatmul_pred,
                  name="neon.qmatmul_int8", priority=10)
-def _qmm(inputs, attrs, tiling=None):
+def _qmm(inputs, attrs, tiling=None, state=None):
     """INT8 MatMul/Gemm (+relu): quantise, int16-pair GEMM, int32 acc, requantise."""
     a, b, bs = inputs[:3]
     bias = inputs[3] if len(inputs) > 3 else None
-    return [qmatmul(a, b, bs, bias, attrs, tiling)]
+    return [qmatmul(a, b, bs, bias, attrs, tiling, state)]
