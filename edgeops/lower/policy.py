@@ -218,10 +218,10 @@ def _accepts_tiling(k, tiling) -> bool | str:
 
     ADAPTER: a tiling only helps a kernel that reads that decomposition's tile sizes, and a
     kernel handed one it cannot read fails at run time. A target says which it reads with
-    ``edgeops.targets.<target>.accepts_tiling(kernel_name, tiling) -> True | reason``; none
-    offers the hook yet (neon reads GEMM blockings, not the planner's levels), so until then
-    the tiling is recorded in the placement table (it is what the prediction assumed) and the
-    kernel uses its own blocking."""
+    ``edgeops.targets.<target>.accepts_tiling(kernel_name, tiling) -> True | reason`` (neon:
+    GEMM/MatMul/SwiGLU and im2col/Winograd conv, through ``blocking.from_tiling``; cuda). Where
+    a target declines, the tiling is only recorded in the placement table (it is what the
+    prediction assumed) and the kernel uses its own blocking."""
     import sys
     try:
         if "tiling" not in inspect.signature(k.fn).parameters:

@@ -284,9 +284,15 @@ def test_fused_int8_gemm_uses_int16_pair_dot_products_on_x86():
     import llvmlite.binding as llb
     if platform.machine().lower() not in ("x86_64", "amd64"):
         pytest.skip("x86 instruction check: this host is not x86")
+    from numba import njit, typeof
+
     from edgeops.targets.neon.qfused import _gemm_packed
-    _gemm_packed(*_gemm_packed_args())
-    text = _gemm_packed.inspect_asm(_gemm_packed.signatures[0])
+    # a fresh, uncached copy: code loaded from Numba's disk cache carries no assembly
+    opts = {k: v for k, v in _gemm_packed.targetoptions.items() if k not in ("cache", "nopython")}
+    fresh = njit(**opts)(_gemm_packed.py_func)
+    sig = tuple(typeof(a) for a in _gemm_packed_args())
+    fresh.compile(sig)
+    text = fresh.inspect_asm(sig)
     feats = llb.get_host_cpu_features()
     want = "vpdpwssd" if feats.get("avx512vnni") or feats.get("avxvnni") else "vpmaddwd"
     assert len(re.findall(rf"\b{want}\b", text)) >= 16
