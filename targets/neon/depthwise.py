@@ -127,13 +127,7 @@ def _dw3_kernel(x, w, bias, has_bias, y, N, C, H, W, K, OH, OW, sh, sw, dh, ph, 
     n_in = qhi - qlo
     s2 = sw == 2
     # Relu / Clip / none are a clamp fused into the stores; other activations run on the row
-    clamp = act == ep.NONE or act == ep.RELU or act == ep.CLIP
-    lo = np.float32(-np.inf)
-    hi = np.float32(np.inf)
-    if act == ep.RELU:
-        lo = np.float32(0)
-    elif act == ep.CLIP:
-        lo, hi = np.float32(p0), np.float32(p1)
+    clamp, lo, hi = ep.clamp_bounds(act, p0, p1)
     for t in prange(N * K):
         n = t // K
         k = t % K

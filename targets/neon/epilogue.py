@@ -82,6 +82,20 @@ def apply_act(x, code, p0, p1):
     return x
 
 
+@njit(cache=True, inline="always", error_model="numpy")
+def clamp_bounds(act, p0, p1):
+    """(whether ``act`` is a clamp that a kernel can fuse into its stores, lo, hi): Relu and
+    Clip are clamps, none is the clamp to +-inf; other activations run on the stored row."""
+    clamp = act == NONE or act == RELU or act == CLIP
+    lo = np.float32(-np.inf)
+    hi = np.float32(np.inf)
+    if act == RELU:
+        lo = np.float32(0)
+    elif act == CLIP:
+        lo, hi = np.float32(p0), np.float32(p1)
+    return clamp, lo, hi
+
+
 @njit(cache=True, inline="always", fastmath=_FM, error_model="numpy")
 def store_tile(ct, ldt, c, coff, ldc, mr, nr, alpha, add, last, bias, boff, bias_mode,
                row0, col0, act, p0, p1):

@@ -43,13 +43,7 @@ def _gemm_block(r0, r1, c0, c1, K, a, aoff, ars, acs, b, boff, brs, bcs, c, coff
     # stand in for an absent bias, +-inf for no clamp); other activations run on the stored tile
     zr = np.zeros(MR, np.float32)
     zc = np.zeros(NR, np.float32)
-    clamp = act == ep.NONE or act == ep.RELU or act == ep.CLIP
-    lo = np.float32(-np.inf)
-    hi = np.float32(np.inf)
-    if act == ep.RELU:
-        lo = np.float32(0)
-    elif act == ep.CLIP:
-        lo, hi = np.float32(p0), np.float32(p1)
+    clamp, lo, hi = ep.clamp_bounds(act, p0, p1)
     # B is packed only when a packed block is reused by more than one A block (rows > mc);
     # otherwise the micro-kernel reads row-major B in place (only a ragged edge panel is
     # packed): packing is O(K*N) per call and short-M GEMMs (conv, Winograd) cannot amortise it.
