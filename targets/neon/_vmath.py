@@ -6,7 +6,7 @@ LayerNorm+GELU would be bound by ~100M libm calls/s instead of memory. These ver
 arithmetic plus one bit cast (an intrinsic), so loops over them vectorise on AVX and NEON alike.
 
 Accuracy (float32, checked in tests against float64): exp within 2 ulp on [-87, 88]; erf within
-5e-7 absolute (Abramowitz & Stegun 7.1.26); tanh via exp within ~1e-7 absolute.
+3.6e-7 absolute (rational minimax, see ``erf32``); tanh via exp within ~1e-7 absolute.
 """
 from __future__ import annotations
 
@@ -24,9 +24,16 @@ _LN2_LO = np.float32(-2.12194440e-4)
 _P0, _P1, _P2, _P3, _P4, _P5 = (np.float32(v) for v in (
     1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1,
     5.0000001201e-1))
-_ERF_P = np.float32(0.3275911)
-_A1, _A2, _A3, _A4, _A5 = (np.float32(v) for v in (0.254829592, -0.284496736, 1.421413741,
-                                                    -1.453152027, 1.061405429))
+# erf(x) ~= x * P(x^2) / Q(x^2) on |x| <= _ERF_CLIP, a (5, 5) rational minimax fit to erf made for
+# this module (weighted linearised least squares in float64, error 1.6e-8 before rounding the
+# coefficients to float32). Beyond the clip erf rounds to +-1 in float32 (erfc(3.92) < 3e-8).
+_ERF_CLIP = np.float32(3.92)
+_EP0, _EP1, _EP2, _EP3, _EP4, _EP5 = (np.float32(v) for v in (
+    1.128378987312317, 0.1927632987499237, 0.0530603788793087, 0.0038682937156409025,
+    0.0002874784986488521, 2.0347392819530796e-06))
+_EQ1, _EQ2, _EQ3, _EQ4, _EQ5 = (np.float32(v) for v in (
+    0.5041636824607849, 0.11508430540561676, 0.015172229148447514, 0.0011881066020578146,
+    3.8070636946940795e-05))
 _RSQRT2 = np.float32(1 / math.sqrt(2.0))
 _SQRT2_PI = np.float32(math.sqrt(2.0 / math.pi))
 _GELU_C = np.float32(0.044715)
@@ -74,14 +81,17 @@ def silu32(x):
 
 @njit(cache=True, inline="always", fastmath=_FM, error_model="numpy")
 def erf32(x):
-    # Abramowitz & Stegun 7.1.26 (|error| <= 1.5e-7 in exact arithmetic, ~5e-7 in float32).
-    # Measured faster here than a division-free pair of polynomial fits (x*P(x^2) below
-    # 0.921875, 1 - exp(Q(x)) above; 1.2e-7): evaluating both halves costs more than one divide.
-    ax = abs(x)
-    t = _ONE / (_ONE + _ERF_P * ax)
-    poly = ((((_A5 * t + _A4) * t + _A3) * t + _A2) * t + _A1) * t
-    y = _ONE - poly * exp32(-ax * ax)
-    return y if x >= 0 else -y
+    # One divide and ten FMAs, no exp: measured 1.7x faster in the LayerNorm+GELU pass than
+    # Abramowitz & Stegun 7.1.26 (divide + exp), and more accurate (3.6e-7 vs 4.7e-7 absolute; the
+    # float32 evaluation, not the fit, sets the error). Positive coefficients: Horner is stable.
+    # The result is clamped to [-1, 1]: rounding lifts it to 1.0000002 near the clip, and GELU's
+    # h + h*erf must be exactly 0 for large negative x (it was 7.6e22 at x=-1e30 unclamped).
+    # NaN propagates: Numba's min/max return NaN for a NaN operand.
+    xc = min(max(x, -_ERF_CLIP), _ERF_CLIP)
+    u = xc * xc
+    p = ((((_EP5 * u + _EP4) * u + _EP3) * u + _EP2) * u + _EP1) * u + _EP0
+    q = ((((_EQ5 * u + _EQ4) * u + _EQ3) * u + _EQ2) * u + _EQ1) * u + _ONE
+    return min(max(xc * p / q, -_ONE), _ONE)
 
 
 @njit(cache=True, inline="always", fastmath=_FM, error_model="numpy")
@@ -92,7 +102,8 @@ def tanh32(x):
 
 @njit(cache=True, inline="always", fastmath=_FM, error_model="numpy")
 def gelu_erf32(x):
-    return _HALF * x * (_ONE + erf32(x * _RSQRT2))
+    h = _HALF * x
+    return h + h * erf32(x * _RSQRT2)
 
 
 @njit(cache=True, inline="always", fastmath=_FM, error_model="numpy")
