@@ -34,7 +34,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 # what edgeops.ort.register sets for a package's process; here before anything starts OpenMP
 # (numba.set_num_threads below does), else its workers spin against ONNX Runtime's threads
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+from edgeops.ort import configure_openmp  # noqa: E402
+configure_openmp()
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from sim_vs_host import test_model as _zoo_model  # noqa: E402  (sample + light models)
 

@@ -182,11 +182,12 @@ def test_register_sets_threads_and_is_idempotent(rng, monkeypatch):
     assert so.intra_op_num_threads == 1 and so.execution_mode == ort.ExecutionMode.ORT_SEQUENTIAL
     assert os.environ["OMP_WAIT_POLICY"] == "ACTIVE"
     monkeypatch.delenv("OMP_WAIT_POLICY")
+    monkeypatch.delenv("GOMP_SPINCOUNT", raising=False)
     gomp = "libgomp" in Path("/proc/self/maps").read_text()   # another test ran OpenMP already?
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         eort.register(ort.SessionOptions())
-    assert os.environ["OMP_WAIT_POLICY"] == "PASSIVE"
+    assert os.environ["OMP_WAIT_POLICY"] == "PASSIVE" and os.environ["GOMP_SPINCOUNT"] == "30000"
     assert any(issubclass(w.category, EdgeOpsWarning) for w in caught) == gomp
     m, w = swiglu_model(rng)
     s = ort.InferenceSession(eort.prepare(m, session_options=so).SerializeToString(), so)

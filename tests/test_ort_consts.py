@@ -40,8 +40,15 @@ def _swiglu(name="s", out="y", ins=("x", "w1", "w2"), **attrs):
 
 
 def _specs(m):
-    return {n.name: json.loads(next(a.s for a in n.attribute if a.name == eort.DISPATCH_ATTR))
-            for n in m.graph.node if n.domain == "ai.edgeops"}
+    """{node: dispatch spec} of a prepared model, the inner nodes of regions included."""
+    out = {}
+    for n in m.graph.node:
+        if n.domain != "ai.edgeops":
+            continue
+        d = json.loads(next(a.s for a in n.attribute if a.name == eort.DISPATCH_ATTR))
+        for inner in d["nodes"] if "region" in d else [{"name": n.name, "spec": None}]:
+            out[inner["name"]] = json.loads(inner["spec"]) if inner["spec"] else d
+    return out
 
 
 def _close(got, want, rtol=1e-5):

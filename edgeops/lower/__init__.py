@@ -113,7 +113,8 @@ def measured_table(board) -> dict:
 
 def lower(model, board, *, mode: str = "auto", targets=None, shapes=None, plan: bool = True,
           budget: int = 20_000, cache=True, measured: dict | None = None,
-          measure: bool | None = None, exclude: dict | None = None, table=None) -> Lowering:
+          measure: bool | None = None, exclude: dict | None = None, table=None,
+          regions: bool = True) -> Lowering:
     """Lower ``model`` (path, bytes or ModelProto) for ``board`` (name, path or Board).
 
     ``targets``: kernel targets in order of preference (default: the board's); ``reference``
@@ -124,7 +125,9 @@ def lower(model, board, *, mode: str = "auto", targets=None, shapes=None, plan: 
     board only, the one machine that is here). ``exclude``: {node name: why} kept in ONNX
     Runtime whatever the policy (compile puts nodes whose kernel failed its check here).
     ``table``: the :class:`edgeops.lower.measure.KernelTable` to read and fill (default: this
-    machine's cached one, when measuring).
+    machine's cached one, when measuring). ``regions``: where measured, also lower nodes that
+    lose to ONNX Runtime alone only by their bridge crossing when a run of consecutive lowered
+    nodes (one region at run time, :mod:`edgeops.ort.regions`) wins as a whole.
     """
     from edgeops import boards, graph
     from edgeops.passes import run_passes
@@ -136,7 +139,7 @@ def lower(model, board, *, mode: str = "auto", targets=None, shapes=None, plan: 
     for t in targets:
         if t not in KNOWN_TARGETS:
             raise LoweringError(f"unknown target {t!r}; known: {', '.join(KNOWN_TARGETS)}")
-    from edgeops.lower.policy import import_target, place, unfuse
+    from edgeops.lower.policy import import_target, place, promote_regions, unfuse
     from edgeops.lower.surgery import build, named, provenance
     load_targets()
     for t in targets:
@@ -160,13 +163,17 @@ def lower(model, board, *, mode: str = "auto", targets=None, shapes=None, plan: 
                           table=table, src_nodes=src_nodes, opset=src.opsets.get("", 0),
                           exclude=dict(exclude or {}))
     origin = provenance(report)
-    chosen: list[tuple[object, Placement]] = []
+    ctx.regional = {} if (table is not None or ctx.measured) and regions else None
+    first: list[tuple[object, Placement | None]] = []
     for n in fused.nodes:
         if n.op_type in graph.CONSTANT_OPS:
-            chosen.append((n, None))
+            first.append((n, None))
             continue
-        p = place(n, ctx, origin.get(n.name, ()) if n.domain else ())
-        if p.target is None and n.domain and p.fused:      # ORT cannot run a fused node
+        first.append((n, place(n, ctx, origin.get(n.name, ()) if n.domain else ())))
+    promoted = promote_regions(first, ctx) if ctx.regional else 0
+    chosen: list[tuple[object, Placement]] = []
+    for n, p in first:
+        if p is not None and p.target is None and n.domain and p.fused:   # ORT cannot run it
             chosen += unfuse(p, [src_nodes[s] for s in p.fused], ctx)
         else:
             chosen.append((n, p))
@@ -178,11 +185,16 @@ def lower(model, board, *, mode: str = "auto", targets=None, shapes=None, plan: 
         # ONNX Runtime's own graph (never slower than ORT where this machine can tell)
         from edgeops.lower.measure import MARGIN
         whole = table.whole_model(src.model, out)
+        if whole is not None and not whole[0] < whole[1] * MARGIN and promoted:
+            # first without the region-only nodes: the nodes that win alone may still win
+            return lower(model, board, mode=mode, targets=targets, shapes=shapes, plan=plan,
+                         budget=budget, cache=cache, measured=measured, measure=measure,
+                         exclude=exclude, table=table, regions=False)
         if whole is not None and not whole[0] < whole[1] * MARGIN:
             said = (f"whole model measured on {board.name}: package {whole[0] * 1e3:.3f} ms vs "
                     f"ORT {whole[1] * 1e3:.3f} ms, so no node is lowered")
             kept = {p.node: f"{said} (this node alone: {p.reason})" for p in lw.lowered}
             return lower(model, board, mode=mode, targets=targets, shapes=shapes, plan=plan,
                          budget=budget, cache=cache, measured=measured, measure=measure,
-                         exclude={**dict(exclude or {}), **kept}, table=table)
+                         exclude={**dict(exclude or {}), **kept}, table=table, regions=False)
     return lw

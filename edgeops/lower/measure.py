@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-VERSION = 2
+VERSION = 3
 # lower only when edgeops is measured at least this much faster: one-node timings on a shared
 # machine wobble by a few percent, and a wrong "faster" costs every run of the package
 MARGIN = 0.9
@@ -108,11 +108,17 @@ class KernelTable:
                 "chain": [n.op_type for n in originals] or [node.op_type],
                 "signature": key.split("|", 1)[-1],
                 "edgeops_s": None if t is None else t[0], "ort_s": None if t is None else t[1],
+                "kernel_s": None if t is None or len(t) < 3 else t[2],
                 "measured_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
             self.measured_now.append(key)
             self._save()
         e, o = hit.get("edgeops_s"), hit.get("ort_s")
         return None if e is None or o is None else (e, o)
+
+    def kernel_s(self, key: str) -> float | None:
+        """The kernel alone (its dispatch entry called from Python, no bridge crossing) of an
+        entry :meth:`get` filled; what a node costs inside a region (edgeops.ort.regions)."""
+        return (self.entries.get(key) or {}).get("kernel_s")
 
     def whole_model(self, source, lowered):
         """(package s, ONNX Runtime s) for the whole lowered model against the original, or None
@@ -151,8 +157,11 @@ class KernelTable:
 
 
 def measure(node, kernel, originals) -> list | None:
-    """[edgeops s, ONNX Runtime s]; edgeops is inf when its kernel fails; None when the
-    subgraph cannot be cut out (shapes or constants unknown) or ONNX Runtime refuses it."""
+    """[edgeops s, ONNX Runtime s, kernel s]: the kernel through the bridge, ONNX Runtime on the
+    original node(s), and the kernel's dispatch entry called from Python with the same inputs
+    (no crossing: what the node costs inside a region). edgeops is inf when its kernel fails;
+    None when the subgraph cannot be cut out (shapes or constants unknown) or ONNX Runtime
+    refuses it."""
     from types import SimpleNamespace
     from edgeops.errors import EdgeOpsError
     from edgeops.lower.surgery import lowered
@@ -175,9 +184,36 @@ def measure(node, kernel, originals) -> list | None:
         from edgeops.ort import session
         ours_s = session(m_ours, target=kernel.target)
         ours_s.run(None, feeds)     # Numba loads or compiles here; a failing kernel raises
+        alone = _kernel_call(m_ours, kernel.target, feeds)
     except EdgeOpsError:
-        return [float("inf"), _medians([theirs_s], feeds)[0]]
-    return _medians([ours_s, theirs_s], feeds)
+        return [float("inf"), _medians([theirs_s], feeds)[0], float("inf")]
+    return _medians([ours_s, theirs_s, alone], feeds)
+
+
+class _Call:
+    """A session-like wrapper of one ai.edgeops node's dispatch entry: ``run`` calls the kernel
+    as a region does (inputs as numpy arrays, held constants put back), without the bridge."""
+
+    def __init__(self, m, target, feeds):
+        from edgeops.ort import DISPATCH_ATTR, prepare
+        from edgeops.ort.dispatch import resolve
+        pm = prepare(m, target, regions=False)
+        (n,) = [x for x in pm.graph.node if x.domain == "ai.edgeops"]
+        self.entry = resolve(next(a.s.decode() for a in n.attribute if a.name == DISPATCH_ATTR))
+        empty = np.zeros(0, np.float32)
+        self.args = tuple(feeds.get(x, empty) for x in n.input)
+
+    def get_outputs(self):
+        return []
+
+    def run(self, names, feeds):
+        return self.entry.call(self.args)
+
+
+def _kernel_call(m, target, feeds) -> _Call:
+    c = _Call(m, target, feeds)
+    c.run(None, feeds)
+    return c
 
 
 def measure_model(source, lowered) -> list | None:

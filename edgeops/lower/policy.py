@@ -40,18 +40,24 @@ def place(n, ctx, fused=()) -> Placement:
     elif ctx.board.kind == "npu":
         p.reason = f"NPU: every supported node is lowered; {why}"
     else:
-        ours, theirs, src = _compare(n, k, sig, lat, peer, fused, ctx)
+        ours, theirs, src, alone = _compare(n, k, sig, lat, peer, fused, ctx)
         if src == "measured":
             from edgeops.lower.measure import MARGIN
             p.measured_s, p.measured_peer_s = ours, theirs
             said = f"measured on {ctx.board.name}: {_ms(ours)} vs ORT {_ms(theirs)}"
+            regional = getattr(ctx, "regional", None)
             if ours < theirs * MARGIN:
                 p.reason = f"{k.name} faster, {said}"
+                if regional is not None:
+                    regional[n.name] = Regional(p, alone if alone is not None else ours, ours, theirs)
                 return p
             q = stay(f"ONNX Runtime kept, {said}" + (
                 f" ({k.name} is not {1 - MARGIN:.0%} faster)" if ours < theirs else ""),
                 (ours, theirs))
             q.signature = sig
+            if regional is not None and alone is not None and alone < theirs * MARGIN:
+                # slower alone only by its bridge crossing: a region may pay that once for many
+                regional[n.name] = Regional(p, alone, ours, theirs, candidate=True)
             return q
         if ours is not None and theirs is not None and ours < theirs:
             p.reason = f"{k.name} {src} faster: {_us(ours)} vs ONNX Runtime {_us(theirs)}"
@@ -67,14 +73,72 @@ def place(n, ctx, fused=()) -> Placement:
 
 
 def _compare(n, k, sig, lat, peer, fused, ctx):
-    """(edgeops s, ONNX Runtime s, where the figures come from): a measured kernel table wins
-    over the simulator's prediction."""
+    """(edgeops s, ONNX Runtime s, where the figures come from, the kernel alone s or None): a
+    measured kernel table wins over the simulator's prediction. "The kernel alone" is its time
+    without the bridge crossing (what it costs inside a region), where the table has it."""
+    key = f"{k.name}|{sig}"
     m = ctx.measured.get((k.name, sig))
+    alone = m[2] if m is not None and len(m) > 2 else None
     if m is None and ctx.table is not None:
-        m = ctx.table.get(n, k, [ctx.src_nodes[s] for s in fused], f"{k.name}|{sig}")
+        m = ctx.table.get(n, k, [ctx.src_nodes[s] for s in fused], key)
+        read = getattr(ctx.table, "kernel_s", None)
+        alone = read(key) if read is not None else None
     if m is not None:
-        return m[0], m[1], "measured"
-    return lat, peer, "predicted"
+        return m[0], m[1], "measured", alone
+    return lat, peer, "predicted", None
+
+
+class Regional:
+    """A measured node as a region member: its lowered placement, the kernel alone, through the
+    bridge, ONNX Runtime; ``candidate``: kept in ONNX Runtime alone, lowered only in a region."""
+
+    def __init__(self, p, alone, ours, theirs, candidate=False):
+        self.p, self.alone, self.ours, self.theirs, self.candidate = p, alone, ours, theirs, candidate
+
+    @property
+    def crossing(self) -> float:
+        return max(self.ours - self.alone, 0.0)
+
+
+def promote_regions(first, ctx) -> int:
+    """Lower the candidates (nodes slower than ONNX Runtime alone only by the bridge crossing)
+    of each run of consecutive lowered-or-candidate nodes whose kernels plus ONE crossing are
+    measured faster than ONNX Runtime on all of them: :func:`edgeops.ort.prepare` runs such a
+    run as one region (edgeops.ort.regions). The crossing of a region is estimated by its
+    members' largest (they share the boundary's tensor sizes). ``first``: [(node, Placement or
+    None)] in graph order, updated in place; returns how many nodes were promoted."""
+    from edgeops.lower.measure import MARGIN
+    info = getattr(ctx, "regional", None) or {}
+    promoted, run = 0, []
+
+    def close():
+        nonlocal promoted
+        members = [info[i] for i in run]
+        if len(members) >= 2 and any(r.candidate for r in members):
+            cost = sum(r.alone for r in members) + max(r.crossing for r in members)
+            ort_s = sum(r.theirs for r in members)
+            if cost < ort_s * MARGIN:
+                said = (f"in a region of {len(members)} nodes measured on {ctx.board.name}: "
+                        f"kernels {_ms(sum(r.alone for r in members))} + one crossing "
+                        f"{_ms(max(r.crossing for r in members))} vs ORT {_ms(ort_s)}")
+                for k, (n, q) in enumerate(first):
+                    r = info.get(q.node) if q is not None else None
+                    if r is not None and r.candidate and q.node in run:
+                        r.p.reason = f"{r.p.kernel} {said} (alone {_ms(r.ours)} vs {_ms(r.theirs)})"
+                        r.p.measured_s, r.p.measured_peer_s = r.ours, r.theirs
+                        first[k] = (n, r.p)
+                        promoted += 1
+        run.clear()
+
+    for n, q in first:
+        if q is None:       # Constant nodes: held or dropped by prepare, they cut no region
+            continue
+        if q.node in info:
+            run.append(q.node)
+        else:
+            close()
+    close()
+    return promoted
 
 
 def unfuse(p: Placement, originals, ctx) -> list:

@@ -58,9 +58,30 @@ def declare_ops() -> None:
             n_out = getattr(od, "num_outputs", 1)
             opdef = onnx_op(op_type=key, inputs=[PyOp.dt_float] * od.max_inputs,
                             outputs=[PyOp.dt_float] * n_out,
-                            attrs={DISPATCH_ATTR: PyOp.dt_string})(_op_function(od))
+                            attrs={DISPATCH_ATTR: PyOp.dt_string})(op_function(od))
             _declared[key] = opdef
             _own[opdef._nativedef.obj_id] = opdef.body
+        from edgeops.ort import regions
+        for n_in, n_out in regions.all_sizes():
+            key = f"{EDGEOPS_DOMAIN}::{regions.PREFIX}{n_in}x{n_out}"
+            if key in _declared:
+                continue
+            opdef = onnx_op(op_type=key, inputs=[PyOp.dt_float] * n_in,
+                            outputs=[PyOp.dt_float] * n_out,
+                            attrs={DISPATCH_ATTR: PyOp.dt_string})(regions.region_function(n_out))
+            _declared[key] = opdef
+            _own[opdef._nativedef.obj_id] = opdef.body
+
+
+_functions: dict = {}
+
+
+def op_function(od):
+    """The bridge function of op ``od`` (one per op: regions call the same one per inner node)."""
+    fn = _functions.get(od.qualname())
+    if fn is None:
+        fn = _functions[od.qualname()] = _op_function(od)
+    return fn
 
 
 def _op_function(od):
@@ -85,10 +106,7 @@ def _failed(od, spec, inputs, exc):
     except (ValueError, KeyError, TypeError):
         d, node = None, "?"
     what = str(exc) if isinstance(exc, EdgeOpsError) else f"kernel raised {type(exc).__name__}: {exc}"
-    msg = f"{od.qualname()} node {node!r}: {what}"
-    # per thread: ONNX Runtime's sequential executor runs each node on the thread calling run
-    _errors.__dict__.setdefault("items", []).append(msg)
-    print(f"edgeops: {msg} (outputs set to NaN)", file=sys.stderr)
+    record_error(f"{od.qualname()} node {node!r}: {what}")
     try:
         xs = resolve(spec).inputs(inputs)     # held constants back in place of placeholders
         shapes = od.shape(od.parse_attrs(d["attrs"]), [None if x is None else x.shape for x in xs])
@@ -96,6 +114,13 @@ def _failed(od, spec, inputs, exc):
         shapes = [inputs[0].shape] * getattr(od, "num_outputs", 1)
     outs = tuple(np.full(s, np.nan, np.float32) for s in shapes)
     return outs if len(outs) > 1 else outs[0]
+
+
+def record_error(msg: str) -> None:
+    """Keep a kernel failure for :func:`raise_errors` (per thread: ONNX Runtime's sequential
+    executor runs each node on the thread calling run) and say it on stderr."""
+    _errors.__dict__.setdefault("items", []).append(msg)
+    print(f"edgeops: {msg} (outputs set to NaN)", file=sys.stderr)
 
 
 def take_errors() -> list[str]:

@@ -1,0 +1,249 @@
+"""Regions: consecutive ai.edgeops nodes of a prepared model run as ONE ONNX Runtime node.
+
+Every custom node costs a crossing of onnxruntime-extensions' bridge: its inputs copied into new
+numpy arrays, a Python call under the GIL, its outputs copied back into ONNX Runtime's buffers.
+For a memory-bound chain that crossing is most of the node (LayerNorm+GELU on 128x768 here:
+~87 us of kernel, ~36 us of crossing), so a chain of four pays it four times where one would do.
+Like the subgraphs TensorRT's execution provider takes over from ONNX Runtime, :func:`collapse`
+(called by :func:`edgeops.ort.prepare`) replaces each run of consecutive ai.edgeops nodes (in the
+graph's topological order, so a run is convex: no path leaves it and comes back) by one
+``ai.edgeops::Region_<i>x<o>`` node whose dispatch attribute lists the inner nodes' own dispatch
+specs and their wiring. Intermediate tensors stay numpy arrays in Python; each inner node runs
+exactly as it would alone (its kernel, tiling, held constants, fallback rules, error recording).
+
+Why numbered op names: the bridge declares one fixed input and output count per op name for the
+whole process, every input required, so regions come in declared sizes (``IN_SIZES`` x
+``OUT_SIZES``); a region's unused inputs are fed the empty placeholder, and a run that would
+need more inputs or outputs than the largest size is cut into several regions.
+
+Package files are not changed: ``model.onnx`` keeps one node per placement row (what the
+manifest describes and tools display); regions exist only in the prepared, in-memory model.
+``prepare(..., regions=False)`` keeps one ONNX Runtime node per ai.edgeops node (per-node
+profiling, debugging).
+"""
+from __future__ import annotations
+
+import json
+import time
+
+import numpy as np
+
+IN_SIZES = (1, 2, 3, 4, 6, 8, 12, 16)
+OUT_SIZES = (1, 2, 3, 4)
+PREFIX = "Region_"
+FORMAT = 1
+_EMPTY = np.zeros(0, np.float32)
+
+# {inner node name: [seconds, ...]} while a profiler collects (edgeops bench), else None
+timing: dict | None = None
+
+
+def op_name(n_in: int, n_out: int) -> str:
+    i = next(s for s in IN_SIZES if s >= n_in)
+    o = next(s for s in OUT_SIZES if s >= n_out)
+    return f"{PREFIX}{i}x{o}"
+
+
+def sizes(op_type: str) -> tuple[int, int]:
+    i, o = op_type[len(PREFIX):].split("x")
+    return int(i), int(o)
+
+
+def all_sizes() -> list[tuple[int, int]]:
+    return [(i, o) for i in IN_SIZES for o in OUT_SIZES]
+
+
+def is_region(op_type: str) -> bool:
+    return op_type.startswith(PREFIX)
+
+
+def collapse(graph, placeholder: str | None, dispatch_attr: str, domain: str) -> int:
+    """Replace runs of >= 2 consecutive prepared ``domain`` nodes of ``graph`` (in place) by region
+    nodes; returns how many regions were made. ``placeholder``: the name of the graph's empty
+    fp32 initializer that pads unused region inputs (the caller adds it)."""
+    from onnx import helper
+    nodes = list(graph.node)
+    outside_reads = _reads_by_node(graph)
+    graph_outputs = {o.name for o in graph.output}
+    out_nodes, made, run = [], 0, []
+
+    def flush():
+        nonlocal made
+        if len(run) >= 2:
+            out_nodes.append(_region_node(run, graph_outputs, outside_reads, placeholder,
+                                          dispatch_attr, domain, helper))
+            made += 1
+        else:
+            out_nodes.extend(run)
+        run.clear()
+
+    for k, n in enumerate(nodes):
+        if n.domain == domain and not is_region(n.op_type) and _spec(n, dispatch_attr) is not None:
+            if run and not _fits(run + [n], graph_outputs, outside_reads, placeholder):
+                flush()
+            run.append(n)
+        else:
+            flush()
+            out_nodes.append(n)
+    flush()
+    if made:
+        inside = _internal_names(out_nodes, domain, dispatch_attr)
+        keep = [v for v in graph.value_info if v.name not in inside]
+        del graph.value_info[:]
+        graph.value_info.extend(keep)
+        del graph.node[:]
+        graph.node.extend(out_nodes)
+    return made
+
+
+def _spec(n, dispatch_attr):
+    for a in n.attribute:
+        if a.name == dispatch_attr:
+            return a.s.decode()
+    return None
+
+
+def _reads_by_node(graph) -> dict[int, set]:
+    """{id(node): names the node or its subgraphs read}."""
+    from edgeops.ort import _reads_node
+    return {id(n): _reads_node(n) for n in graph.node}
+
+
+def _boundary(run, graph_outputs, outside_reads, placeholder):
+    members = {id(n) for n in run}
+    produced = [o for n in run for o in n.output if o]
+    made = set(produced)
+    ins = list(dict.fromkeys(x for n in run for x in n.input
+                             if x and x not in made and x != placeholder))
+    read_outside = set().union(*(r for i, r in outside_reads.items() if i not in members))
+    outs = [o for o in produced if o in read_outside or o in graph_outputs]
+    return ins, outs
+
+
+def _fits(run, graph_outputs, outside_reads, placeholder) -> bool:
+    ins, outs = _boundary(run, graph_outputs, outside_reads, placeholder)
+    return len(ins) <= IN_SIZES[-1] and 1 <= len(outs) <= OUT_SIZES[-1]
+
+
+def _region_node(run, graph_outputs, outside_reads, placeholder, dispatch_attr, domain, helper):
+    ins, outs = _boundary(run, graph_outputs, outside_reads, placeholder)
+    name = f"edgeops.region[{run[0].name}..{run[-1].name}]"
+    spec = {"format": FORMAT, "region": name, "inputs": ins, "outputs": outs,
+            "nodes": [{"name": n.name, "op": n.op_type, "spec": _spec(n, dispatch_attr),
+                       "inputs": [x if x and x != placeholder else None for x in n.input],
+                       "outputs": list(n.output)} for n in run]}
+    op = op_name(len(ins), len(outs))
+    n_in, _ = sizes(op)
+    pad = [placeholder] * (n_in - len(ins))
+    if pad and placeholder is None:
+        raise ValueError("a region needs the placeholder initializer")
+    node = helper.make_node(op, ins + pad, outs, name=name, domain=domain)
+    node.attribute.append(helper.make_attribute(dispatch_attr, json.dumps(spec, sort_keys=True)))
+    return node
+
+
+def _internal_names(nodes, domain, dispatch_attr) -> set:
+    """Tensor names that only exist inside regions now."""
+    visible = {x for n in nodes for x in [*n.input, *n.output]}
+    inner = set()
+    for n in nodes:
+        if n.domain == domain and is_region(n.op_type):
+            for a in n.attribute:
+                if a.name != dispatch_attr:
+                    continue
+                for m in json.loads(a.s.decode())["nodes"]:
+                    inner.update(o for o in m["outputs"] if o)
+    return inner - visible
+
+
+# ---- run time --------------------------------------------------------------------------------
+
+class _Region:
+    def __init__(self, d: dict):
+        from edgeops.ort.bridge import op_function
+        from edgeops.ort.dispatch import resolve
+        self.name = d["region"]
+        slot = {x: i for i, x in enumerate(d["inputs"])}
+        self.n_in = len(d["inputs"])
+        steps = []
+        for m in d["nodes"]:
+            od = resolve(m["spec"]).od   # every check now, before ONNX Runtime holds the node
+            refs = []
+            for x in m["inputs"]:
+                if x is None:
+                    refs.append(None)
+                else:
+                    if x not in slot:
+                        slot[x] = len(slot)
+                    refs.append(slot[x])
+            outs = []
+            for o in m["outputs"]:
+                if o and o not in slot:
+                    slot[o] = len(slot)
+                outs.append(slot[o] if o else None)
+            steps.append((m["name"], op_function(od), m["spec"], tuple(refs), tuple(outs)))
+        self.steps = steps
+        self.n_slots = len(slot)
+        self.outputs = tuple(slot[o] for o in d["outputs"])
+
+    def __call__(self, inputs):
+        env = list(inputs[:self.n_in]) + [None] * (self.n_slots - self.n_in)
+        clock = timing
+        for name, fn, spec, refs, outs in self.steps:
+            args = [_EMPTY if r is None else env[r] for r in refs]
+            if clock is not None:
+                t = time.perf_counter()
+            rv = fn(*args, edgeops_dispatch=spec)
+            if clock is not None:
+                clock.setdefault(name, []).append(time.perf_counter() - t)
+            rv = rv if isinstance(rv, tuple) else (rv,)
+            for o, v in zip(outs, rv):
+                if o is not None:
+                    env[o] = v
+        res = tuple(env[o] for o in self.outputs)
+        return res if len(res) > 1 else res[0]
+
+
+_cache: dict[str, _Region] = {}
+
+
+def resolve(spec: str) -> _Region:
+    r = _cache.get(spec)
+    if r is None:
+        from edgeops.ort.dispatch import OrtIntegrationError
+        try:
+            d = json.loads(spec)
+            if d.get("format") != FORMAT:
+                raise OrtIntegrationError(f"region format {d.get('format')} is not {FORMAT}; "
+                                          f"prepare the model with this edgeops")
+            r = _cache[spec] = _Region(d)
+        except (ValueError, KeyError, TypeError) as e:
+            raise OrtIntegrationError(f"region dispatch attribute is not what edgeops.ort.prepare "
+                                      f"writes ({type(e).__name__}: {e}); prepare the model "
+                                      f"again") from None
+    return r
+
+
+def region_function(n_out: int):
+    """The bridge function of a region op with ``n_out`` outputs (never raises: the inner nodes
+    record their own failures; a region that cannot even start records it and returns NaNs)."""
+    def run(*inputs, **attrs):
+        spec = attrs.get("edgeops_dispatch", "")
+        try:
+            return resolve(spec)(inputs)
+        except BaseException as e:  # noqa: BLE001  (raising here would abort the process)
+            from edgeops.ort.bridge import record_error
+            record_error(f"ai.edgeops region: {type(e).__name__}: {e}")
+            outs = tuple(np.full((0,), np.nan, np.float32) for _ in range(n_out))
+            return outs if n_out > 1 else outs[0]
+    run.__name__ = f"edgeops_region_{n_out}"
+    return run
+
+
+def members(spec: str) -> list[str]:
+    """The inner node names of a region's dispatch attribute."""
+    try:
+        return [m["name"] for m in json.loads(spec)["nodes"]]
+    except (ValueError, KeyError, TypeError):
+        return []
+

@@ -1,0 +1,141 @@
+"""Regions (edgeops.ort.regions): runs of consecutive ai.edgeops nodes become one ONNX Runtime node
+with one bridge crossing. Checked against ONNX Runtime on the original model (random inputs,
+ragged shapes), and against the same model prepared without regions."""
+import json
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import edgeops.ort as eort
+from edgeops.lower import lower
+from edgeops.ort import regions
+
+
+def _model(nodes, inits, inputs, outputs, opset=21):
+    g = helper.make_graph(nodes, "regions",
+                          [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in inputs],
+                          [helper.make_tensor_value_info(n, TensorProto.FLOAT, inputs[0][1]) for n in outputs],
+                          [numpy_helper.from_array(a, n) for n, a in inits.items()])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)], ir_version=10)
+
+
+def _ln_chain(rng, n=3, shape=(3, 5, 37), side_output=True):
+    c = shape[-1]
+    nodes, inits, x = [], {}, "x"
+    for i in range(n):
+        inits[f"s{i}"] = rng.uniform(0.5, 1.5, c).astype(np.float32)
+        inits[f"b{i}"] = rng.uniform(-.5, .5, c).astype(np.float32)
+        nodes += [helper.make_node("LayerNormalization", [x, f"s{i}", f"b{i}"], [f"ln{i}"],
+                                   name=f"ln{i}", axis=-1, epsilon=1e-5),
+                  helper.make_node("Gelu", [f"ln{i}"], [f"g{i}"], name=f"gelu{i}")]
+        x = f"g{i}"
+    outs = [x] + (["ln0"] if side_output else [])
+    return _model(nodes, inits, [("x", list(shape))], outs)
+
+
+def _ort(m, feeds):
+    s = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    return dict(zip([o.name for o in s.get_outputs()], s.run(None, feeds)))
+
+
+def _run(m, feeds, **prep):
+    s = eort.session(m, "neon", **prep) if not prep else None
+    if s is None:
+        so = eort.register(None, "neon")
+        s = ort.InferenceSession(eort.prepare(m, "neon", **prep).SerializeToString(), so,
+                                 providers=["CPUExecutionProvider"])
+    out = dict(zip([o.name for o in s.get_outputs()], s.run(None, feeds)))
+    eort.raise_errors()
+    return out
+
+
+def _close(got, want, rtol=1e-4):
+    for k, v in want.items():
+        np.testing.assert_allclose(got[k], v, rtol=rtol, atol=rtol * float(np.abs(v).max()), err_msg=k)
+
+
+def _region_nodes(pm):
+    return [n for n in pm.graph.node if regions.is_region(n.op_type)]
+
+
+def test_a_chain_becomes_one_region_with_a_side_output(rng):
+    m = _ln_chain(rng)
+    lw = lower(m, "rpi5", mode="all")
+    pm = eort.prepare(lw.model, "neon")
+    rs = _region_nodes(pm)
+    assert len(rs) == 1, [n.op_type for n in pm.graph.node]
+    spec = json.loads(next(a.s for a in rs[0].attribute if a.name == eort.DISPATCH_ATTR))
+    assert [x["name"] for x in spec["nodes"]] == [n.name for n in lw.model.graph.node]
+    assert sorted(rs[0].output) == sorted(["g2", "ln0"])     # the side output leaves the region
+    feeds = {"x": rng.standard_normal((3, 5, 37)).astype(np.float32) * 3}
+    want = _ort(m, feeds)
+    got = _run(lw.model, feeds)
+    _close(got, want)
+    # the same kernels one ONNX Runtime node each: the same numbers
+    per_node = _run(lw.model, feeds, regions=False)
+    for k in want:
+        np.testing.assert_array_equal(got[k], per_node[k])
+
+
+def test_an_onnx_runtime_node_between_cuts_the_run_and_keeps_the_graph_acyclic(rng):
+    # a -> (Reshape in ORT) -> c, and a -> c directly: a and c must not share a region (a region
+    # {a, c} would both feed and read the Reshape)
+    c_ = 24
+    w = rng.standard_normal((c_, c_)).astype(np.float32)
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["a"], name="a"),
+             helper.make_node("Relu", ["a"], ["r"], name="r"),
+             helper.make_node("Reshape", ["r", "shp"], ["t"], name="reshape"),
+             helper.make_node("Add", ["t", "a"], ["y0"], name="c"),
+             helper.make_node("Sigmoid", ["y0"], ["y"], name="d")]
+    m = _model(nodes, {"w": w}, [("x", [5, c_])], ["y"], opset=17)
+    m.graph.initializer.append(numpy_helper.from_array(np.array([5, c_], np.int64), "shp"))
+    lw = lower(m, "rpi5", mode="all")
+    pm = eort.prepare(lw.model, "neon")
+    onnx.checker.check_model(pm)
+    kinds = [n.op_type for n in pm.graph.node]
+    assert kinds.index("Reshape") < len(kinds) - 1 and len(_region_nodes(pm)) == 2, kinds
+    feeds = {"x": rng.standard_normal((5, c_)).astype(np.float32)}
+    _close(_run(lw.model, feeds), _ort(m, feeds))
+
+
+def test_runs_wider_than_the_largest_region_are_cut(rng, monkeypatch):
+    monkeypatch.setattr(regions, "OUT_SIZES", (1, 2))       # a side output per node: must cut
+    m = _ln_chain(rng, n=4, shape=(2, 9, 17), side_output=False)
+    for i in range(3):
+        m.graph.output.append(helper.make_tensor_value_info(f"ln{i}", TensorProto.FLOAT, [2, 9, 17]))
+    lw = lower(m, "rpi5", mode="all")
+    pm = eort.prepare(lw.model, "neon")
+    rs = _region_nodes(pm)
+    assert len(rs) >= 2 and all(len(r.output) <= 2 for r in rs)
+    inner = [x["name"] for r in rs for x in
+             json.loads(next(a.s for a in r.attribute if a.name == eort.DISPATCH_ATTR))["nodes"]]
+    singles = [n.name for n in pm.graph.node if not regions.is_region(n.op_type)]
+    assert sorted(inner + singles) == sorted(n.name for n in lw.model.graph.node)
+    feeds = {"x": rng.standard_normal((2, 9, 17)).astype(np.float32)}
+    _close(_run(lw.model, feeds), _ort(m, feeds))
+
+
+def test_preparing_twice_keeps_the_regions(rng):
+    lw = lower(_ln_chain(rng), "rpi5", mode="all")
+    p = eort.prepare(lw.model, "neon")
+    assert eort.prepare(p, "neon").SerializeToString() == p.SerializeToString()
+
+
+def test_a_region_spec_that_is_not_ours_is_refused():
+    with pytest.raises(eort.OrtIntegrationError, match="prepare the model"):
+        regions.resolve('{"format": 1, "region": "r"}')
+    with pytest.raises(eort.OrtIntegrationError, match="format 7"):
+        regions.resolve('{"format": 7}')
+
+
+def test_profiling_times_each_inner_node(rng, monkeypatch):
+    lw = lower(_ln_chain(rng, side_output=False), "rpi5", mode="all")
+    s = eort.session(lw.model, "neon")
+    feeds = {"x": rng.standard_normal((3, 5, 37)).astype(np.float32)}
+    monkeypatch.setattr(regions, "timing", {})
+    s.run(None, feeds)
+    assert set(regions.timing) == {n.name for n in lw.model.graph.node}
+    assert all(len(v) == 1 and v[0] > 0 for v in regions.timing.values())
