@@ -239,7 +239,7 @@ def _manifest(lowering, feeds, expected, blobs, seed, rtol, verified, threads, s
                              "latency, or ONNX Runtime's (edgeops.simulator.peer); no overlap"},
         "runtime": {"threads": threads, "execution_mode": "sequential",
                     "ort_allow_spinning": False, "omp_wait_policy": "PASSIVE",
-                    "gomp_spincount": 30000, "regions": "consecutive ai.edgeops nodes run as one "
+                    "regions": "consecutive ai.edgeops nodes run as one "
                     "ONNX Runtime node (one bridge crossing; edgeops.ort.regions)",
                     "onnxruntime_compiled_with": onnxruntime.__version__,
                     "needs": "Python with edgeops in the ONNX Runtime process",

@@ -53,20 +53,19 @@ OpenMP workers spin after each parallel region, so on few cores each side waits 
 spinners to be descheduled. Measured on the 2 shared cores here (ORT Sigmoid and a Numba-parallel
 ai.edgeops op alternating, 6 nodes on 1M floats, 2 + 2 threads): 46 ms per run with both defaults, 28 ms
 with ORT's spinning off, 3.4 ms with OMP_WAIT_POLICY=PASSIVE too (2.7 ms all single-threaded).
-But a purely passive pool pays a futex wake-up of its workers at every parallel region, ~70 us
-here: a region of four LayerNorm+GELU kernels on 128x768 took 0.51 ms at 2 threads passive vs
-0.34 ms at 1 thread. GNU OpenMP's ``GOMP_SPINCOUNT`` bounds the spinning instead: workers spin
-that many rounds (tens of microseconds to ~1 ms, by CPU) then sleep, so back-to-back kernels
-find them awake and ONNX Runtime's threads get the core soon after (same 2 shared cores, median
-ms, passive / GOMP_SPINCOUNT=10000 / 30000 / 100000: alternating case 3.65-4.01 / 2.67-3.66 /
-2.46-3.07 / 2.33-2.71; four GroupNorm+SiLU kernels on 64x56x56 0.61-0.92 / 0.33 / 0.33-0.38 /
-0.32-0.51; the LayerNorm+GELU region 0.51-0.72 / 0.29-0.41 / 0.26-0.32 / 0.26-0.38).
-So :func:`register` turns ORT's spinning off (``session.intra_op.allow_spinning`` and
-``session.inter_op.allow_spinning`` = "0"), sets ``OMP_WAIT_POLICY=PASSIVE`` and
-``GOMP_SPINCOUNT=30000`` unless the environment sets either (they only take effect before
-OpenMP starts: a warning says when that was too late), runs nodes sequentially (parallel
-execution only queues on the GIL) and keeps intra_op_num_threads at the core count. Settings the
-caller made are kept.
+A purely passive pool pays a futex wake-up of its workers at every parallel region (~70 us
+here), and GNU OpenMP's ``GOMP_SPINCOUNT`` bounds spinning instead (four GroupNorm+SiLU kernels
+on 64x56x56 in one region at 2 threads: 0.61-0.92 ms passive, 0.33 ms with 30000 spins), but the
+same setting collapses as soon as another thread pool in the process spins too: with a plain
+ONNX Runtime session (spinning on, its default) run alongside, one GroupNorm+SiLU kernel took
+1.7-2.0 ms with 30000 spins against 0.21 ms passive. A package shares its process with whatever
+sessions the user runs, so the default stays passive; ``GOMP_SPINCOUNT`` is the lever for a
+process that runs only edgeops sessions. So :func:`register` turns ORT's spinning off
+(``session.intra_op.allow_spinning`` and ``session.inter_op.allow_spinning`` = "0"), sets
+``OMP_WAIT_POLICY=PASSIVE`` unless the environment sets it or ``GOMP_SPINCOUNT`` (they only take
+effect before OpenMP starts: a warning says when that was too late), runs nodes sequentially
+(parallel execution only queues on the GIL) and keeps intra_op_num_threads at the core count.
+Settings the caller made are kept.
 """
 from __future__ import annotations
 
@@ -99,13 +98,13 @@ def _entry(so, key: str) -> str | None:
         return None
 
 
-OPENMP_ENV = {"OMP_WAIT_POLICY": "PASSIVE", "GOMP_SPINCOUNT": "30000"}
+OPENMP_ENV = {"OMP_WAIT_POLICY": "PASSIVE"}
 
 
 def configure_openmp() -> bool:
     """Set :data:`OPENMP_ENV` (see "Threads") unless the environment chose a wait policy; call it
     before anything starts OpenMP (Numba's first parallel kernel). True when it set them."""
-    if any(k in os.environ for k in OPENMP_ENV):    # the user's choice
+    if any(k in os.environ for k in (*OPENMP_ENV, "GOMP_SPINCOUNT")):    # the user's choice
         return False
     os.environ.update(OPENMP_ENV)
     return True
@@ -125,7 +124,7 @@ def _passive_openmp() -> None:
         warnings.warn(EdgeOpsWarning(
             "OpenMP was started before edgeops.ort.register, so its workers keep spin-waiting and "
             "slow ONNX Runtime sessions with edgeops ops several-fold on few cores; set "
-            "OMP_WAIT_POLICY=PASSIVE GOMP_SPINCOUNT=30000 in the environment"), stacklevel=3)
+            "OMP_WAIT_POLICY=PASSIVE in the environment"), stacklevel=3)
 
 
 def register(session_options=None, target: str = "reference", *, threads: int | None = None,

@@ -22,7 +22,7 @@ from numba import njit, prange
 
 from edgeops.errors import EdgeOpsError
 from edgeops.targets.neon import epilogue as ep
-from edgeops.targets.neon._threads import SMALL_ELEMENTS, num_threads, serial_if
+from edgeops.targets.neon._threads import SMALL_ELEMENTS, SMALL_NORM_ELEMENTS, num_threads, serial_if
 
 _REDUCE = {"reassoc", "contract", "nsz"}  # no nnan/ninf: NaNs in the input must propagate
 
@@ -190,7 +190,7 @@ def _softmax_kernel(x, outer, length, inner, y):
 
 def _pick(parallel, serial, elements):
     """The serial kernel for small inputs or a one-thread pool, else the parallel one."""
-    return serial if elements < SMALL_ELEMENTS or num_threads() == 1 else parallel
+    return serial if elements < SMALL_NORM_ELEMENTS or num_threads() == 1 else parallel
 
 
 def _f32(who, name, t):
