@@ -102,11 +102,40 @@ def test_tune_measure_table_fills_the_file_the_policy_reads(monkeypatch):
     monkeypatch.setattr(measure, "measure", lambda *a: pytest.fail("measured again"))
     lw = lower(_chain(), "host")
     rows = [p for p in lw.placements if p.measured_s is not None]
-    assert rows and all("measured on host: " in p.reason and " ms vs ORT " in p.reason for p in rows)
+    t = measure.default_threads()
+    assert rows and all(f"measured on host at {t} thread" in p.reason and " ms vs ORT " in p.reason
+                        for p in rows)
     again = measure_table(_chain(), "host")
     assert again["measured_now"] == 0 and again["cached"] == len(again["entries"])
     with pytest.raises(EdgeOpsError, match="only 'host' can be measured"):
         measure_table(_chain(), "rpi5")
+
+
+def test_entries_are_per_thread_count(monkeypatch):
+    """A package's thread count picks its own figures: entries measured at one count are not
+    read at another, and both live in the one table file."""
+    from edgeops.cli.tune import measure_table
+    one = measure_table(_chain(), "host", threads=1)
+    assert one["threads"] == 1 and one["entries"]
+    assert all(e["key"].startswith("t1|") and e["threads"] == 1 for e in one["entries"])
+    seen = []
+    real = measure.measure
+
+    def spy(node, kernel, originals, threads=None):
+        seen.append(threads)
+        return real(node, kernel, originals, threads)
+    monkeypatch.setattr(measure, "measure", spy)
+    three = measure_table(_chain(), "host", threads=3)     # not cached at 3: measured again
+    assert three["measured_now"] >= 1 and set(seen) == {3}
+    assert all(e["key"].startswith("t3|") for e in three["entries"])
+    seen.clear()
+    lw = lower(_chain(), "host", threads=1)                # cached at 1: nothing measured
+    assert seen == [] and all("at 1 thread:" in p.reason for p in lw.placements
+                              if p.measured_s is not None)
+    saved = json.loads(open(one["table"]).read())["entries"]
+    assert {e["key"] for e in one["entries"] + three["entries"]} <= set(saved)
+    with pytest.raises(EdgeOpsError, match="positive number of threads"):
+        lower(_chain(), "host", threads=0)
 
 
 def _two_blocks():

@@ -220,3 +220,45 @@ def test_target_without_kernels_falls_back_to_reference(rng, tmp_path):
     for src in (tmp_path / "pkg", str(tmp_path / "m.onnx"), m.SerializeToString()):
         (y,) = eort.session(src, target="cuda").run(None, {"x": x})
         np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-4)
+
+
+def test_kernels_use_at_most_the_sessions_threads(rng):
+    """A session made with threads=N runs its kernels on at most N Numba threads (alone and
+    inside a region), restores the caller's count after, and leaves Numba's default without."""
+    import numba
+    if numba.config.NUMBA_NUM_THREADS < 2:
+        pytest.skip("one core here: a thread limit cannot be told from the default")
+    seen = []
+
+    def counting(inputs, attrs):
+        from edgeops.ops import get_op
+        from edgeops.targets.neon._threads import num_threads
+        seen.append(num_threads())
+        return get_op("SwiGLU", "ai.edgeops").run(inputs, attrs)
+    register_kernel("ai.edgeops::SwiGLU", "reference", priority=-20, name="test.swiglu_threads")(counting)
+    try:
+        w2 = rng.standard_normal((F, F)).astype(np.float32)   # a second node reads the first's output
+        nodes = [swiglu_node("a", "h", kernel="test.swiglu_threads"),
+                 swiglu_node("b", "y", ("h", "w3", "w3"), kernel="test.swiglu_threads")]
+        m, w = swiglu_model(rng, nodes, inits={**{k: rng.standard_normal((D, F)).astype(np.float32)
+                                                   for k in ("w1", "w2")}, "w3": w2})
+        del m.graph.output[:]
+        m.graph.output.append(helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 5, F]))
+        x = rng.standard_normal(X).astype(np.float32)
+        so = eort.register(threads=1)     # before Numba's pool starts (it sets OpenMP's policy)
+        before = numba.get_num_threads()
+        for regions in (True, False):
+            seen.clear()
+            p = eort.prepare(m, regions=regions, threads=1)
+            assert any(n.op_type.startswith("Region_") for n in p.graph.node) == regions
+            s = ort.InferenceSession(p.SerializeToString(), so)
+            (y,) = s.run(None, {"x": x})
+            assert seen == [1, 1] and numba.get_num_threads() == before
+        h = swiglu64(x, w["w1"], w["w2"])
+        np.testing.assert_allclose(y, swiglu64(h.astype(np.float32), w2, w2), rtol=1e-4,
+                                   atol=1e-4 * np.abs(y).max())
+        seen.clear()
+        eort.session(m).run(None, {"x": x})
+        assert seen == [before, before]
+    finally:
+        unregister_kernel("test.swiglu_threads")

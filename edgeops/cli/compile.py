@@ -92,7 +92,7 @@ def compile_model(model, board, out, *, mode: str = "auto", shapes=None, targets
     exclude: dict[str, str] = {}
     for attempt in range(MAX_REPAIRS + 1):
         lw = lower(src, board, mode=mode, targets=targets, shapes=shapes, plan=plan,
-                   exclude=exclude)
+                   exclude=exclude, threads=threads)
         doc = {"model": name, "package": str(out), **lw.to_dict()}
         if show is not None:
             show(doc)

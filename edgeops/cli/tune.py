@@ -41,6 +41,8 @@ def add(sub):
                         "custom-op bridge vs ONNX Runtime, cached per machine; compile reads it")
     p.add_argument("--remeasure", action="store_true",
                    help="with --measure-table: measure again instead of reading the cached table")
+    p.add_argument("--threads", type=int, metavar="N",
+                   help="with --measure-table: threads both sides run with (default: every core)")
     p.set_defaults(func=run)
 
 
@@ -78,7 +80,7 @@ def run(args) -> int:
     if args.measure_table or args.remeasure:
         if not args.model or args.op:
             raise EdgeOpsError("--measure-table measures the nodes of a MODEL (or 'sample'), not --op")
-        doc = measure_table(args.model, args.board, remeasure=args.remeasure,
+        doc = measure_table(args.model, args.board, remeasure=args.remeasure, threads=args.threads,
                             shapes=";".join(args.shapes) if args.shapes else None)
         if args.json:
             print_json(doc)
@@ -214,7 +216,8 @@ def _print_model(doc: dict) -> None:
             c.print(f"wrote {e(doc[k])}")
 
 
-def measure_table(model, board: str = "host", *, remeasure: bool = False, shapes=None) -> dict:
+def measure_table(model, board: str = "host", *, remeasure: bool = False, shapes=None,
+                  threads: int | None = None) -> dict:
     """Measure (or read from the cache) the kernel table entries of every node of ``model``
     that an edgeops kernel could take on ``board`` (only ``host``: this machine)."""
     from edgeops import boards
@@ -227,15 +230,16 @@ def measure_table(model, board: str = "host", *, remeasure: bool = False, shapes
     if model == "sample":
         from edgeops.sample import build_sample_model
         model = build_sample_model()
-    table = KernelTable(b, remeasure=remeasure)
+    table = KernelTable(b, remeasure=remeasure, threads=threads)
     with progress_bar(True, "measuring kernels vs ONNX Runtime"):
-        lw = lower(model, b, mode="auto", shapes=shapes, measure=True, table=table)
+        lw = lower(model, b, mode="auto", shapes=shapes, measure=True, table=table, threads=threads)
     rows = table.rows(table.used)
     for r in rows:
         e, o = r["edgeops_s"], r["ort_s"]
         r["ratio"] = None if e is None or o is None or e == 0 else o / e
         r["lowered"] = e is not None and o is not None and e < o * MARGIN
     return {"board": b.name, "table": str(table.path), "machine": table.machine, "margin": MARGIN,
+            "threads": table.threads,
             "entries": rows, "measured_now": len(table.measured_now),
             "cached": len(rows) - len([k for k in table.measured_now if k in table.used]),
             "lowered": [p.node for p in lw.lowered]}

@@ -114,7 +114,7 @@ def measured_table(board) -> dict:
 def lower(model, board, *, mode: str = "auto", targets=None, shapes=None, plan: bool = True,
           budget: int = 20_000, cache=True, measured: dict | None = None,
           measure: bool | None = None, exclude: dict | None = None, table=None,
-          regions: bool = True) -> Lowering:
+          regions: bool = True, threads: int | None = None) -> Lowering:
     """Lower ``model`` (path, bytes or ModelProto) for ``board`` (name, path or Board).
 
     ``targets``: kernel targets in order of preference (default: the board's); ``reference``
@@ -127,19 +127,24 @@ def lower(model, board, *, mode: str = "auto", targets=None, shapes=None, plan: 
     ``table``: the :class:`edgeops.lower.measure.KernelTable` to read and fill (default: this
     machine's cached one, when measuring). ``regions``: where measured, also lower nodes that
     lose to ONNX Runtime alone only by their bridge crossing when a run of consecutive lowered
-    nodes (one region at run time, :mod:`edgeops.ort.regions`) wins as a whole.
+    nodes (one region at run time, :mod:`edgeops.ort.regions`) wins as a whole. ``threads``: the
+    threads the package will run with (its ``runtime.threads``; default: every core), which the
+    measured table's figures are taken at.
     """
     from edgeops import boards, graph
     from edgeops.passes import run_passes
     from edgeops.registry import KNOWN_TARGETS, load_targets
     if mode not in MODES:
         raise LoweringError(f"unknown lowering mode {mode!r}; use one of {', '.join(MODES)}")
+    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
+        raise LoweringError(f"threads={threads!r}: give a positive number of threads (or none: "
+                            f"every core)")
     board = boards.load(board)
     targets = tuple(targets or board.targets)
     for t in targets:
         if t not in KNOWN_TARGETS:
             raise LoweringError(f"unknown target {t!r}; known: {', '.join(KNOWN_TARGETS)}")
-    from edgeops.lower.policy import import_target, place, promote_regions, unfuse
+    from edgeops.lower.policy import _where, import_target, place, promote_regions, unfuse
     from edgeops.lower.surgery import build, named, provenance
     load_targets()
     for t in targets:
@@ -156,7 +161,7 @@ def lower(model, board, *, mode: str = "auto", targets=None, shapes=None, plan: 
         table = None
     elif table is None:
         from edgeops.lower.measure import KernelTable
-        table = KernelTable(board)
+        table = KernelTable(board, threads=threads)
     src_nodes = {n.name: n for n in src.nodes}
     ctx = SimpleNamespace(board=board, mode=mode, targets=targets, plan=plan, budget=budget,
                           cache=cache, measured={**measured_table(board), **(measured or {})},
@@ -189,12 +194,13 @@ def lower(model, board, *, mode: str = "auto", targets=None, shapes=None, plan: 
             # first without the region-only nodes: the nodes that win alone may still win
             return lower(model, board, mode=mode, targets=targets, shapes=shapes, plan=plan,
                          budget=budget, cache=cache, measured=measured, measure=measure,
-                         exclude=exclude, table=table, regions=False)
+                         exclude=exclude, table=table, regions=False, threads=threads)
         if whole is not None and not whole[0] < whole[1] * MARGIN:
-            said = (f"whole model measured on {board.name}: package {whole[0] * 1e3:.3f} ms vs "
+            said = (f"whole model measured on {_where(ctx)}: package {whole[0] * 1e3:.3f} ms vs "
                     f"ORT {whole[1] * 1e3:.3f} ms, so no node is lowered")
             kept = {p.node: f"{said} (this node alone: {p.reason})" for p in lw.lowered}
             return lower(model, board, mode=mode, targets=targets, shapes=shapes, plan=plan,
                          budget=budget, cache=cache, measured=measured, measure=measure,
-                         exclude={**dict(exclude or {}), **kept}, table=table, regions=False)
+                         exclude={**dict(exclude or {}), **kept}, table=table, regions=False,
+                         threads=threads)
     return lw

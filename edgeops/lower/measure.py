@@ -14,6 +14,13 @@ versions. It lives in ``<edgeops cache>/kernels/host-<key>.json`` (``$EDGEOPS_CA
 (or ahead of time by ``edgeops tune MODEL --board host --measure-table``), and is read by the
 lowering policy, whose placement reason then says "measured on host: x ms vs ORT y ms".
 
+Thread count. Entries are also keyed by the threads both sides ran with (a package's
+``runtime.threads``, default every core this process may use), ONNX Runtime's intra-op threads
+and the kernel's Numba threads alike: which side wins moves with it (LayerNorm+GELU on 128x768
+here: edgeops 2.1x faster at 1 thread, at parity at 2, where ONNX Runtime splits rows over both
+cores and a passive Numba pool pays its wake-up), so a 1-thread package is decided on 1-thread
+figures.
+
 Why measure: every call through the bridge costs tens of microseconds here, far above the
 simulator's launch figure, so only a measurement says whether a node is worth lowering. Only the
 ``host`` board can be measured; another board needs a table measured on it.
@@ -29,7 +36,7 @@ from pathlib import Path
 
 import numpy as np
 
-VERSION = 3
+VERSION = 4
 # lower only when edgeops is measured at least this much faster: one-node timings on a shared
 # machine wobble by a few percent, and a wrong "faster" costs every run of the package
 MARGIN = 0.9
@@ -76,12 +83,21 @@ def cache_path(board) -> Path:
     return _cache_root() / "kernels" / f"{board.name}-{hashlib.sha256(key.encode()).hexdigest()[:16]}.json"
 
 
+def default_threads() -> int:
+    """The threads a session without a thread count runs with: every core this process may use."""
+    from edgeops.ort import _cores
+    return _cores()
+
+
 class KernelTable:
     """``get(node, kernel, originals, key) -> (edgeops s, ONNX Runtime s) | None``, measured on
-    first use and cached; ``rows()`` for reports."""
+    first use and cached; ``rows()`` for reports. ``threads``: what both sides run with (default:
+    :func:`default_threads`); the table file holds every thread count, each entry keyed by its."""
 
-    def __init__(self, board, path: Path | None = None, remeasure: bool = False):
+    def __init__(self, board, path: Path | None = None, remeasure: bool = False,
+                 threads: int | None = None):
         self.board = board.name
+        self.threads = int(threads) if threads else default_threads()
         self.path = path or cache_path(board)
         self.machine = machine()
         self.entries: dict[str, dict] = {}
@@ -96,17 +112,21 @@ class KernelTable:
         except (OSError, ValueError, KeyError, AttributeError):
             pass      # no table yet, or one from another machine or edgeops: measure again
 
+    def _key(self, key: str) -> str:
+        return f"t{self.threads}|{key}"
+
     def get(self, node, kernel, originals, key: str):
+        key = self._key(key)
         hit = self.entries.get(key)
         if key not in self.used:
             self.used.append(key)
         if hit is None:
-            t = measure(node, kernel, originals)
+            t = measure(node, kernel, originals, self.threads)
             hit = self.entries[key] = {
                 "kernel": kernel.name, "op": node.op_type if not node.domain else
                 f"{node.domain}::{node.op_type}",
                 "chain": [n.op_type for n in originals] or [node.op_type],
-                "signature": key.split("|", 1)[-1],
+                "signature": key.split("|", 2)[-1], "threads": self.threads,
                 "edgeops_s": None if t is None else t[0], "ort_s": None if t is None else t[1],
                 "kernel_s": None if t is None or len(t) < 3 else t[2],
                 "measured_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
@@ -118,18 +138,19 @@ class KernelTable:
     def kernel_s(self, key: str) -> float | None:
         """The kernel alone (its dispatch entry called from Python, no bridge crossing) of an
         entry :meth:`get` filled; what a node costs inside a region (edgeops.ort.regions)."""
-        return (self.entries.get(key) or {}).get("kernel_s")
+        return (self.entries.get(self._key(key)) or {}).get("kernel_s")
 
     def whole_model(self, source, lowered):
         """(package s, ONNX Runtime s) for the whole lowered model against the original, or None
         when either cannot run. A node measured alone misses what a custom node costs the rest
         of the graph: the session settings the bridge needs (no spinning, sequential) and the
         ONNX Runtime fusions and layout changes it interrupts."""
-        key = "model|" + hashlib.sha256(lowered.SerializeToString(deterministic=True)).hexdigest()[:32]
+        key = self._key("model|" + hashlib.sha256(
+            lowered.SerializeToString(deterministic=True)).hexdigest()[:32])
         hit = self.entries.get(key)
         if hit is None:
-            t = measure_model(source, lowered)
-            hit = self.entries[key] = {"edgeops_s": None if t is None else t[0],
+            t = measure_model(source, lowered, self.threads)
+            hit = self.entries[key] = {"threads": self.threads,"edgeops_s": None if t is None else t[0],
                                        "ort_s": None if t is None else t[1],
                                        "measured_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
             self._save()
@@ -149,19 +170,21 @@ class KernelTable:
                                        "how": "median per run: the edgeops kernel in a one-node "
                                               "session through the custom-op bridge vs ONNX "
                                               "Runtime (ORT_ENABLE_ALL) on the original node(s), "
-                                              "interleaved blocks",
+                                              "interleaved blocks, both at the entry's threads "
+                                              "(key prefix t<N>)",
                                        "entries": self.entries}, indent=1, sort_keys=True))
             os.replace(tmp, self.path)
         except OSError:
             pass      # a read-only cache only costs measuring again
 
 
-def measure(node, kernel, originals) -> list | None:
+def measure(node, kernel, originals, threads: int | None = None) -> list | None:
     """[edgeops s, ONNX Runtime s, kernel s]: the kernel through the bridge, ONNX Runtime on the
     original node(s), and the kernel's dispatch entry called from Python with the same inputs
     (no crossing: what the node costs inside a region). edgeops is inf when its kernel fails;
     None when the subgraph cannot be cut out (shapes or constants unknown) or ONNX Runtime
-    refuses it."""
+    refuses it. ``threads``: ONNX Runtime's intra-op threads and the kernel's (default: the
+    cores)."""
     from types import SimpleNamespace
     from edgeops.errors import EdgeOpsError
     from edgeops.lower.surgery import lowered
@@ -176,15 +199,15 @@ def measure(node, kernel, originals) -> list | None:
     except _CannotCut:
         return None
     try:
-        theirs_s = _ort_session(m_theirs)
+        theirs_s = _ort_session(m_theirs, threads)
         theirs_s.run(None, feeds)
     except Exception:  # noqa: BLE001  (ONNX Runtime's own errors have no common base)
         return None
     try:
         from edgeops.ort import session
-        ours_s = session(m_ours, target=kernel.target)
+        ours_s = session(m_ours, target=kernel.target, threads=threads)
         ours_s.run(None, feeds)     # Numba loads or compiles here; a failing kernel raises
-        alone = _kernel_call(m_ours, kernel.target, feeds)
+        alone = _kernel_call(m_ours, kernel.target, feeds, threads)
     except EdgeOpsError:
         return [float("inf"), _medians([theirs_s], feeds)[0], float("inf")]
     return _medians([ours_s, theirs_s, alone], feeds)
@@ -194,10 +217,10 @@ class _Call:
     """A session-like wrapper of one ai.edgeops node's dispatch entry: ``run`` calls the kernel
     as a region does (inputs as numpy arrays, held constants put back), without the bridge."""
 
-    def __init__(self, m, target, feeds):
+    def __init__(self, m, target, feeds, threads=None):
         from edgeops.ort import DISPATCH_ATTR, prepare
         from edgeops.ort.dispatch import resolve
-        pm = prepare(m, target, regions=False)
+        pm = prepare(m, target, regions=False, threads=threads)
         (n,) = [x for x in pm.graph.node if x.domain == "ai.edgeops"]
         self.entry = resolve(next(a.s.decode() for a in n.attribute if a.name == DISPATCH_ATTR))
         empty = np.zeros(0, np.float32)
@@ -210,21 +233,21 @@ class _Call:
         return self.entry.call(self.args)
 
 
-def _kernel_call(m, target, feeds) -> _Call:
-    c = _Call(m, target, feeds)
+def _kernel_call(m, target, feeds, threads=None) -> _Call:
+    c = _Call(m, target, feeds, threads)
     c.run(None, feeds)
     return c
 
 
-def measure_model(source, lowered) -> list | None:
+def measure_model(source, lowered, threads: int | None = None) -> list | None:
     """[package s, ONNX Runtime s] on seeded random inputs, the package as Package.session runs
     it, ONNX Runtime with its defaults; None when either fails (the package check reports it)."""
     from edgeops.ort import session
     from edgeops.package import random_inputs
     try:
         feeds = random_inputs(source)
-        ours = session(lowered, target="reference")
-        theirs = _ort_session(source)
+        ours = session(lowered, target="reference", threads=threads)
+        theirs = _ort_session(source, threads)
         return _medians([ours, theirs], feeds, budget_s=0.5)
     except Exception:  # noqa: BLE001  (ONNX Runtime's and kernels' errors have no common base)
         return None
@@ -278,9 +301,12 @@ def _mini(protos, g, output: str, feeds: dict | None = None):
                                                                 (i.name for i in inputs)}
 
 
-def _ort_session(m):
+def _ort_session(m, threads: int | None = None):
     import onnxruntime as ort
-    return ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    so = ort.SessionOptions()
+    if threads is not None:
+        so.intra_op_num_threads = int(threads)
+    return ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
 
 
 def _medians(sessions, feeds, budget_s: float = 0.06, blocks: int = 6,

@@ -44,7 +44,7 @@ def place(n, ctx, fused=()) -> Placement:
         if src == "measured":
             from edgeops.lower.measure import MARGIN
             p.measured_s, p.measured_peer_s = ours, theirs
-            said = f"measured on {ctx.board.name}: {_ms(ours)} vs ORT {_ms(theirs)}"
+            said = f"measured on {_where(ctx)}: {_ms(ours)} vs ORT {_ms(theirs)}"
             regional = getattr(ctx, "regional", None)
             if ours < theirs * MARGIN:
                 p.reason = f"{k.name} faster, {said}"
@@ -70,6 +70,12 @@ def place(n, ctx, fused=()) -> Placement:
         q.signature = sig
         return q
     return p
+
+
+def _where(ctx) -> str:
+    """The board, and the thread count a measured table's figures were taken at."""
+    t = getattr(ctx.table, "threads", None)
+    return ctx.board.name if t is None else f"{ctx.board.name} at {t} thread{'s' * (t != 1)}"
 
 
 def _compare(n, k, sig, lat, peer, fused, ctx):
@@ -118,7 +124,7 @@ def promote_regions(first, ctx) -> int:
             cost = sum(r.alone for r in members) + max(r.crossing for r in members)
             ort_s = sum(r.theirs for r in members)
             if cost < ort_s * MARGIN:
-                said = (f"in a region of {len(members)} nodes measured on {ctx.board.name}: "
+                said = (f"in a region of {len(members)} nodes measured on {_where(ctx)}: "
                         f"kernels {_ms(sum(r.alone for r in members))} + one crossing "
                         f"{_ms(max(r.crossing for r in members))} vs ORT {_ms(ort_s)}")
                 for k, (n, q) in enumerate(first):

@@ -159,7 +159,7 @@ def register(session_options=None, target: str = "reference", *, threads: int | 
 
 
 def prepare(model, target: str | None = None, *, session_options=None, fallback: dict | None = None,
-            hold_constants: bool = True, regions: bool = True):
+            hold_constants: bool = True, regions: bool = True, threads: int | None = None):
     """A copy of ``model`` (ModelProto) whose ai.edgeops nodes carry the dispatch attribute and
     all their inputs, ready for a session registered with :func:`register`. ``target``: explicit,
     else the one ``session_options`` was registered with, else ``reference``. ``fallback``: what
@@ -168,6 +168,8 @@ def prepare(model, target: str | None = None, *, session_options=None, fallback:
     ``hold_constants``: hold the nodes' constant inputs in this process (see "Held constants").
     ``regions``: run each run of consecutive ai.edgeops nodes as one ONNX Runtime node, one
     bridge crossing (:mod:`edgeops.ort.regions`); off: one ONNX Runtime node per ai.edgeops node.
+    ``threads``: the most threads a kernel may use (a session's intra-op thread count: Numba's
+    pool otherwise runs every kernel on all the process's cores); None: no limit.
     Raises OrtIntegrationError / OpDefinitionError / KernelNotFoundError naming the node."""
     import onnx
     from onnx import helper, numpy_helper
@@ -211,7 +213,8 @@ def prepare(model, target: str | None = None, *, session_options=None, fallback:
         attrs = od.parse_attrs(raw, where)
         held = {} if consts is None else {
             i: h for i, x in enumerate(n.input) if x and (h := consts.hold(x)) is not None}
-        spec = make_spec(od, where, target, kernel, tiling, attrs, present, board, fb, held)
+        spec = make_spec(od, where, target, kernel, tiling, attrs, present, board, fb, held,
+                         threads)
         resolve(spec)    # every check now, before ONNX Runtime holds the node
         if held:
             present = [p and i not in held for i, p in enumerate(present)]
@@ -332,7 +335,8 @@ def session(model_or_path, target: str = "reference", providers: Sequence[str] |
             so.intra_op_num_threads = int(threads)
         return session_class()(model.SerializeToString(), so, providers=providers)
     so = register(session_options, target, threads=threads)
-    model = prepare(model, target, fallback=fallback)
+    # kernels use the session's threads too (None: ONNX Runtime's and Numba's defaults, the cores)
+    model = prepare(model, target, fallback=fallback, threads=threads)
     return session_class()(model.SerializeToString(), so, providers=providers)
 
 

@@ -80,6 +80,7 @@ class _Dispatch:
     kernel_error: str = "error"  # edgeops.ort.fallback: "reference" or "error"
     nan_guard: bool = False
     held: dict = field(default_factory=dict)    # input position -> held read-only array
+    threads: int | None = None  # at most this many kernel threads (the session's), None: any
 
     def __post_init__(self):
         self._by_shape: dict = {}
@@ -99,6 +100,13 @@ class _Dispatch:
         return [x if s is _RUNTIME else s for x, s in zip(inputs[:self._trim], self._slots)]
 
     def call(self, inputs):
+        if self.threads is not None:
+            from edgeops.targets.neon._threads import at_most
+            with at_most(self.threads):
+                return self._call(inputs)
+        return self._call(inputs)
+
+    def _call(self, inputs):
         xs = self.inputs(inputs)
         k = self.kernel
         if k is None:   # chosen once per input shapes (a predicate may depend on them)
@@ -191,11 +199,12 @@ def _choose_kernel(od, target, attrs, xs, node):
 
 def make_spec(od, node: str, target: str, kernel: str | None, tiling: str | None, attrs: dict,
               present: list[bool], board: str | None = None, fallback: dict | None = None,
-              consts: dict[int, str] | None = None) -> str:
+              consts: dict[int, str] | None = None, threads: int | None = None) -> str:
     """The dispatch attribute's value (floats as JSON numbers: exact, unlike the bridge's own
     attribute printing). ``board``: the board the node was lowered for (absent when None).
     ``fallback``: run-time rules from :func:`edgeops.ort.fallback.rules` (absent when None).
-    ``consts``: {input position: digest} of held constants (:mod:`edgeops.ort.consts`)."""
+    ``consts``: {input position: digest} of held constants (:mod:`edgeops.ort.consts`).
+    ``threads``: the most threads the kernel may use (the session's; absent when None)."""
     d = {"format": FORMAT, "op": od.name, "domain": od.domain, "node": node,
          "target": target, "kernel": kernel, "tiling": tiling,
          "attrs": {a: list(v) if isinstance(v, tuple) else v for a, v in attrs.items()},
@@ -206,6 +215,8 @@ def make_spec(od, node: str, target: str, kernel: str | None, tiling: str | None
         d["fallback"] = fallback
     if consts:
         d["consts"] = {str(i): h for i, h in sorted(consts.items())}
+    if threads is not None:
+        d["threads"] = int(threads)
     return json.dumps(d, sort_keys=True)
 
 
@@ -255,8 +266,13 @@ def _parse(spec: str) -> _Dispatch:
         fb = rules(d.get("fallback")) or DEFAULT
     except OrtIntegrationError as e:
         raise OrtIntegrationError(f"node {node!r}: {e}") from None
+    threads = d.get("threads")
+    if threads is not None and (not isinstance(threads, int) or threads < 1):
+        raise OrtIntegrationError(f"node {node!r}: {DISPATCH_ATTR} threads {threads!r} is not a "
+                                  f"positive integer")
     return _Dispatch(od, node, target, kernel, tiling, attrs, tuple(d["present"]), board,
-                     fb["kernel_error"], fb["nan_guard"], _held(d.get("consts"), d["present"], node))
+                     fb["kernel_error"], fb["nan_guard"], _held(d.get("consts"), d["present"], node),
+                     threads)
 
 
 def _held(consts, present, node) -> dict:

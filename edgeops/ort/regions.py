@@ -166,8 +166,12 @@ class _Region:
         slot = {x: i for i, x in enumerate(d["inputs"])}
         self.n_in = len(d["inputs"])
         steps = []
+        self.threads = None
         for m in d["nodes"]:
-            od = resolve(m["spec"]).od   # every check now, before ONNX Runtime holds the node
+            inner = resolve(m["spec"])   # every check now, before ONNX Runtime holds the node
+            od = inner.od
+            if inner.threads is not None:   # prepared together: one session's thread count
+                self.threads = inner.threads
             refs = []
             for x in m["inputs"]:
                 if x is None:
@@ -187,6 +191,13 @@ class _Region:
         self.outputs = tuple(slot[o] for o in d["outputs"])
 
     def __call__(self, inputs):
+        if self.threads is not None:     # once for the region, not once per inner node
+            from edgeops.targets.neon._threads import at_most
+            with at_most(self.threads):
+                return self._run(inputs)
+        return self._run(inputs)
+
+    def _run(self, inputs):
         env = list(inputs[:self.n_in]) + [None] * (self.n_slots - self.n_in)
         clock = timing
         for name, fn, spec, refs, outs in self.steps:

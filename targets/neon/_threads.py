@@ -13,11 +13,44 @@ import numba
 from numba.np.ufunc import parallel as _par
 
 SMALL_ELEMENTS = 1 << 15     # memory-bound kernels: ~30 us of single-thread work
-# norms touch each element ~3 times: a parallel region only pays above this when the pool is
-# passive (edgeops.ort.register's default), whose futex wake-up costs ~70 us here: four
-# LayerNorm+GELU kernels on 128x768 at 2 threads took 0.32 ms parallel vs 0.22 ms serial, four
-# GroupNorm+SiLU on 64x56x56 0.61-0.66 ms vs 0.39 ms (ORT at 2 threads: 0.26 and 0.67-0.89 ms)
+# A passive pool (edgeops.ort.register's default) wakes its workers with a futex at every
+# parallel region and the caller sleeps until they finish: ~50 us for an empty region here,
+# against ~1.5 us when they spin. Memory-bound kernels then go parallel only above:
+# elementwise ReLU at 2 threads vs serial, passive: 38 vs 4 us at 32K elements, 60 vs 30 us at
+# 256K, 94 vs 92 us at 1M, 432 vs 771 us at 4M
+PASSIVE_SMALL_ELEMENTS = 1 << 21   # 1M is a tie, 4M clearly parallel
+# norms touch each element ~3 times: four LayerNorm+GELU kernels on 128x768 at 2 threads took
+# 0.32 ms parallel vs 0.22 ms serial on a passive pool, four GroupNorm+SiLU on 64x56x56
+# 0.61-0.66 ms vs 0.39 ms; with workers spinning (GOMP_SPINCOUNT=5000) four LayerNorm+GELU took
+# ~0.10 ms parallel vs ~0.20 ms serial
 SMALL_NORM_ELEMENTS = 1 << 18
+
+
+def pool_spins() -> bool:
+    """Whether OpenMP workers spin between parallel regions: GNU OpenMP's default and an active
+    policy do; ``OMP_WAIT_POLICY=PASSIVE`` (what edgeops.ort.register sets unless the user chose)
+    or ``GOMP_SPINCOUNT=0`` do not. Read once: OpenMP reads them once, when it starts."""
+    global _spins
+    if _spins is None:
+        import os
+        policy = os.environ.get("OMP_WAIT_POLICY", "").strip().upper()
+        _spins = policy != "PASSIVE" and os.environ.get("GOMP_SPINCOUNT", "").strip() != "0"
+    return _spins
+
+
+_spins: bool | None = None
+
+
+def small_elements() -> int:
+    """Below this many elements a memory-bound kernel runs on the calling thread only."""
+    return SMALL_ELEMENTS if pool_spins() else PASSIVE_SMALL_ELEMENTS
+
+
+def small_norm_elements() -> int:
+    """Below this many elements a norm kernel runs on the calling thread only."""
+    return SMALL_ELEMENTS if pool_spins() else SMALL_NORM_ELEMENTS
+
+
 SMALL_FLOPS = 4e6            # GEMM-like kernels: ~40 us at ~100 GFLOP/s
 
 
@@ -34,13 +67,24 @@ def num_threads() -> int:
 
 
 @contextmanager
-def serial_if(small: bool):
-    if not small or num_threads() == 1:
+def at_most(n: int):
+    """Numba kernels launched by this thread use at most ``n`` threads inside the block (a
+    session's thread count: edgeops.ort.prepare(threads=)); free when already at most ``n``."""
+    before = num_threads()
+    if before <= n:
         yield
         return
-    before = num_threads()
-    numba.set_num_threads(1)  # thread-local in Numba: other threads' calls are unaffected
+    numba.set_num_threads(n)  # thread-local in Numba: other threads' calls are unaffected
     try:
         yield
     finally:
         numba.set_num_threads(before)
+
+
+@contextmanager
+def serial_if(small: bool):
+    if not small:
+        yield
+        return
+    with at_most(1):
+        yield
