@@ -39,6 +39,7 @@ from onnx import TensorProto, helper
 import edgeops.ort as eort
 from edgeops.ops.base import EDGEOPS_DOMAIN, OpDef, define_op
 from edgeops.registry import REFERENCE, register_kernel
+from edgeops.targets.neon._threads import serial_if, small_elements
 
 N = 1 << 20
 TARGETS = {"identity": 2.5, "eltwise": 4.0}
@@ -80,7 +81,10 @@ def _relu(inputs, attrs):
     # second 4 MB array; ~0.03-0.1 ms of the ~0.35 ms here (--alloc measures the other way)
     x = inputs[0]
     y = np.empty_like(x) if ALLOC else x
-    _relu_kernel(x.reshape(-1), y.reshape(-1))
+    # the thread rule edgeops' elementwise kernels follow (targets/neon/_threads.py): serial
+    # below the size where the pool's wake-up pays off
+    with serial_if(x.size < small_elements()):
+        _relu_kernel(x.reshape(-1), y.reshape(-1))
     return [y]
 
 

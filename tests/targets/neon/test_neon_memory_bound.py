@@ -171,3 +171,20 @@ def test_memory_bound_bad_inputs(rng):
         eltwise.binary(x, x, "Pow")
     with pytest.raises(EdgeOpsError, match="not supported"):
         eltwise.chain(x, ["mish"])
+
+
+@pytest.mark.parametrize("env,spins", [({}, True), ({"OMP_WAIT_POLICY": "PASSIVE"}, False),
+                                       ({"OMP_WAIT_POLICY": "active"}, True),
+                                       ({"GOMP_SPINCOUNT": "0"}, False),
+                                       ({"GOMP_SPINCOUNT": "5000"}, True)])
+def test_serial_thresholds_follow_the_openmp_wait_policy(monkeypatch, env, spins):
+    """A passive pool's wake-up moves where kernels go parallel; GNU OpenMP's default spins."""
+    from edgeops.targets.neon import _threads as T
+    for k in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT"):
+        monkeypatch.delenv(k, raising=False)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.setattr(T, "_spins", None)
+    assert T.pool_spins() is spins
+    assert T.small_elements() == (T.SMALL_ELEMENTS if spins else T.PASSIVE_SMALL_ELEMENTS)
+    assert T.small_norm_elements() == (T.SMALL_ELEMENTS if spins else T.SMALL_NORM_ELEMENTS)
