@@ -142,6 +142,37 @@ def test_prepared_model_needs_the_process_that_prepared_it(rng, monkeypatch):
         eort.prepare(p)
 
 
+def test_held_constants_go_with_the_last_session_that_uses_them(rng):
+    """session() gives its constants back when the session is collected; weights two sessions
+    share stay until both are gone, and the survivor keeps running on them."""
+    import gc
+    w = _weights(rng)
+    w["w1"][0, 0] = rng.standard_normal() + 1e3     # digests no other test can share
+    m = _model([_swiglu(), _swiglu("t", "z", ("y", "w3", "w3"))],
+               {**w, "w3": rng.standard_normal((F, F)).astype(np.float32)}, ["z"])
+    gc.collect()
+    base = consts.held_bytes()
+    a = eort.session(m)
+    held = consts.held_bytes() - base
+    assert held == 2 * w["w1"].nbytes + F * F * 4     # w3 read twice by one node: held once
+    b = eort.session(m)
+    assert consts.held_bytes() - base == held          # same bytes: shared, not copied
+    x = rng.standard_normal(X).astype(np.float32)
+    (want,) = a.run(None, {"x": x})
+    del a
+    gc.collect()
+    assert consts.held_bytes() - base == held          # b still uses them
+    _close(b.run(None, {"x": x})[0], want)
+    specs = [k for k in dispatch._cache if consts.digest(w["w1"]) in k]
+    assert specs
+    del b
+    gc.collect()
+    assert consts.held_bytes() == base
+    assert not any(k in dispatch._cache for k in specs)   # their dispatch entries went too
+    c = eort.session(m)                                # and a new session holds them again
+    _close(c.run(None, {"x": x})[0], want)
+
+
 @pytest.fixture
 def stateful():
     """A SwiGLU kernel on the reference target that records its state and inputs."""

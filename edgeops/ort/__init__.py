@@ -159,7 +159,8 @@ def register(session_options=None, target: str = "reference", *, threads: int | 
 
 
 def prepare(model, target: str | None = None, *, session_options=None, fallback: dict | None = None,
-            hold_constants: bool = True, regions: bool = True, threads: int | None = None):
+            hold_constants: bool = True, regions: bool = True, threads: int | None = None,
+            holds: list | None = None):
     """A copy of ``model`` (ModelProto) whose ai.edgeops nodes carry the dispatch attribute and
     all their inputs, ready for a session registered with :func:`register`. ``target``: explicit,
     else the one ``session_options`` was registered with, else ``reference``. ``fallback``: what
@@ -170,6 +171,9 @@ def prepare(model, target: str | None = None, *, session_options=None, fallback:
     bridge crossing (:mod:`edgeops.ort.regions`); off: one ONNX Runtime node per ai.edgeops node.
     ``threads``: the most threads a kernel may use (a session's intra-op thread count: Numba's
     pool otherwise runs every kernel on all the process's cores); None: no limit.
+    ``holds``: a list that receives the digest of every constant this call held (one reference
+    each; give them back with :func:`edgeops.ort.consts.release` once no session uses the model:
+    :func:`session` does so when its session is collected).
     Raises OrtIntegrationError / OpDefinitionError / KernelNotFoundError naming the node."""
     import onnx
     from onnx import helper, numpy_helper
@@ -225,6 +229,8 @@ def prepare(model, target: str | None = None, *, session_options=None, fallback:
         n.attribute.append(helper.make_attribute(DISPATCH_ATTR, spec))
     if consts is not None:
         consts.drop_unused()
+        if holds is not None:
+            holds.extend(h for h in consts.digests.values() if h is not None)
     if regions:
         from edgeops.ort.regions import collapse
         collapse(g, placeholder, DISPATCH_ATTR, EDGEOPS_DOMAIN)
@@ -336,8 +342,18 @@ def session(model_or_path, target: str = "reference", providers: Sequence[str] |
         return session_class()(model.SerializeToString(), so, providers=providers)
     so = register(session_options, target, threads=threads)
     # kernels use the session's threads too (None: ONNX Runtime's and Numba's defaults, the cores)
-    model = prepare(model, target, fallback=fallback, threads=threads)
-    return session_class()(model.SerializeToString(), so, providers=providers)
+    holds: list[str] = []
+    from edgeops.ort.consts import release
+    try:
+        model = prepare(model, target, fallback=fallback, threads=threads, holds=holds)
+        sess = session_class()(model.SerializeToString(), so, providers=providers)
+    except BaseException:
+        release(holds)
+        raise
+    if holds:      # the constants go with the session (see edgeops.ort.consts, "Lifetime")
+        import weakref
+        weakref.finalize(sess, release, holds)
+    return sess
 
 
 __all__ = ["DISPATCH_ATTR", "LOWERABLE_STANDARD_OPS", "KernelRuntimeError", "OrtIntegrationError",

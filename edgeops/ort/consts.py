@@ -17,8 +17,15 @@ weight, and keeps every op's one declaration and its real name.
 
 The digest, not the node, names the array: two models whose nodes are alike but whose weights
 differ get different digests (so different dispatch entries, each with its own kernel state),
-and the same weights prepared twice share one array. Arrays live for the process (as the
-dispatch entries that use them do); :func:`held_bytes` says how much that is.
+and the same weights prepared twice share one array.
+
+Lifetime. Each :func:`hold` is one reference. :func:`edgeops.ort.session` releases the references
+its :func:`edgeops.ort.prepare` took when the session object is garbage-collected; an array whose
+last reference goes is dropped with the dispatch entries that name it, so a process that makes
+sessions for many models (or reloads one) does not keep every model's weights. A model prepared
+by hand holds them until the digests its ``holds`` list received are released (:func:`release`), else for the
+process.
+:func:`held_bytes` says how much is held.
 """
 from __future__ import annotations
 
@@ -29,6 +36,7 @@ import numpy as np
 
 _lock = threading.Lock()
 _store: dict[str, np.ndarray] = {}
+_refs: dict[str, int] = {}
 
 
 def digest(a: np.ndarray) -> str:
@@ -46,7 +54,28 @@ def hold(a: np.ndarray) -> str:
             c = np.array(a, copy=True, order="C")
             c.setflags(write=False)   # shared by every session and node holding these bytes
             _store[key] = c
+        _refs[key] = _refs.get(key, 0) + 1
     return key
+
+
+def release(keys) -> list[str]:
+    """Give back one reference per key (as :func:`hold` returned them); the digests whose
+    last reference went, whose arrays and dispatch entries are now dropped."""
+    gone = []
+    with _lock:
+        for key in keys:
+            n = _refs.get(key, 0) - 1
+            if n > 0:
+                _refs[key] = n
+            elif key in _refs:
+                del _refs[key]
+                _store.pop(key, None)
+                gone.append(key)
+    if gone:
+        from edgeops.ort import dispatch, regions
+        dispatch.forget(gone)
+        regions.forget(gone)
+    return gone
 
 
 def get(key: str) -> np.ndarray | None:

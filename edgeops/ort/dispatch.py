@@ -230,6 +230,12 @@ def resolve(spec: str) -> _Dispatch:
     return d
 
 
+def forget(digests) -> None:
+    """Drop the cached entries that hold any of these constants (edgeops.ort.consts.release)."""
+    for spec in [s for s in list(_cache) if any(k in s for k in digests)]:
+        _cache.pop(spec, None)
+
+
 def _parse(spec: str) -> _Dispatch:
     from edgeops.ops import get_op
     from edgeops.registry import KNOWN_TARGETS, kernel_by_name, op_key

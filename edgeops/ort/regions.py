@@ -235,6 +235,12 @@ def resolve(spec: str) -> _Region:
     return r
 
 
+def forget(digests) -> None:
+    """Drop the cached regions whose inner nodes hold any of these constants."""
+    for spec in [s for s in list(_cache) if any(k in s for k in digests)]:
+        _cache.pop(spec, None)
+
+
 def region_function(n_out: int):
     """The bridge function of a region op with ``n_out`` outputs (never raises: the inner nodes
     record their own failures; a region that cannot even start records it and returns NaNs)."""
