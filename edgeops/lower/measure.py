@@ -92,7 +92,8 @@ def default_threads() -> int:
 class KernelTable:
     """``get(node, kernel, originals, key) -> (edgeops s, ONNX Runtime s) | None``, measured on
     first use and cached; ``rows()`` for reports. ``threads``: what both sides run with (default:
-    :func:`default_threads`); the table file holds every thread count, each entry keyed by its."""
+    :func:`default_threads`); the table file holds every thread count, each entry keyed by its.
+    ``remeasure``: forget this thread count's entries (the others are kept)."""
 
     def __init__(self, board, path: Path | None = None, remeasure: bool = False,
                  threads: int | None = None):
@@ -103,14 +104,14 @@ class KernelTable:
         self.entries: dict[str, dict] = {}
         self.measured_now: list[str] = []
         self.used: list[str] = []           # keys read through get(), in order
-        if remeasure:
-            return
         try:
             doc = json.loads(self.path.read_text())
             if doc.get("version") == VERSION and doc.get("machine") == self.machine:
                 self.entries = doc["entries"]
         except (OSError, ValueError, KeyError, AttributeError):
             pass      # no table yet, or one from another machine or edgeops: measure again
+        if remeasure:     # this thread count's figures only; the others stay
+            self.entries = {k: v for k, v in self.entries.items() if not k.startswith(self._key(""))}
 
     def _key(self, key: str) -> str:
         return f"t{self.threads}|{key}"
@@ -220,7 +221,12 @@ class _Call:
     def __init__(self, m, target, feeds, threads=None):
         from edgeops.ort import DISPATCH_ATTR, prepare
         from edgeops.ort.dispatch import resolve
-        pm = prepare(m, target, regions=False, threads=threads)
+        holds: list[str] = []
+        pm = prepare(m, target, regions=False, threads=threads, holds=holds)
+        if holds:     # the node's weights go when this measurement does
+            import weakref
+            from edgeops.ort.consts import release
+            weakref.finalize(self, release, holds)
         (n,) = [x for x in pm.graph.node if x.domain == "ai.edgeops"]
         self.entry = resolve(next(a.s.decode() for a in n.attribute if a.name == DISPATCH_ATTR))
         empty = np.zeros(0, np.float32)
