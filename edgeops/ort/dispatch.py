@@ -230,10 +230,12 @@ def resolve(spec: str) -> _Dispatch:
     return d
 
 
-def forget(digests) -> None:
-    """Drop the cached entries that hold any of these constants (edgeops.ort.consts.release)."""
-    for spec in [s for s in list(_cache) if any(k in s for k in digests)]:
-        _cache.pop(spec, None)
+def forget(digests, cache: dict | None = None) -> None:
+    """Drop the entries of ``cache`` (default: the dispatch entries) whose spec names any of
+    these held constants (edgeops.ort.consts.release; regions pass their own cache)."""
+    cache = _cache if cache is None else cache
+    for spec in [s for s in list(cache) if any(k in s for k in digests)]:
+        cache.pop(spec, None)
 
 
 def _parse(spec: str) -> _Dispatch:

@@ -237,8 +237,8 @@ def resolve(spec: str) -> _Region:
 
 def forget(digests) -> None:
     """Drop the cached regions whose inner nodes hold any of these constants."""
-    for spec in [s for s in list(_cache) if any(k in s for k in digests)]:
-        _cache.pop(spec, None)
+    from edgeops.ort.dispatch import forget as drop
+    drop(digests, _cache)
 
 
 def region_function(n_out: int):
