@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import io
 import math
+import threading
 
 import numpy as np
 
@@ -117,16 +118,25 @@ def _shape(name, value) -> list[int]:
     return value
 
 
+# numpy parses every .npy header with ast.literal_eval, and CPython 3.11 keeps the AST
+# constructor's recursion depth in interpreter-wide state: two threads parsing at once can raise
+# "SystemError: AST constructor recursion depth mismatch" (python/cpython#106905). Handler and
+# client threads load concurrently, so loads take turns (1 request in ~1600 failed under load
+# in tests/serve/test_serve_reload.py before this lock).
+_NPY_LOCK = threading.Lock()
+
+
 def load_npy(body: bytes) -> np.ndarray:
     try:
-        return np.load(io.BytesIO(body), allow_pickle=False)
+        with _NPY_LOCK:
+            return np.load(io.BytesIO(body), allow_pickle=False)
     except Exception as e:  # noqa: BLE001  (numpy raises several kinds on a bad file)
         raise BadRequest(f"body is not a readable .npy file ({e})") from None
 
 
 def load_npz(body: bytes) -> dict[str, np.ndarray]:
     try:
-        with np.load(io.BytesIO(body), allow_pickle=False) as z:
+        with _NPY_LOCK, np.load(io.BytesIO(body), allow_pickle=False) as z:
             if not hasattr(z, "files"):
                 raise ValueError("a single .npy array, not an .npz archive")
             return {k: z[k] for k in z.files}
