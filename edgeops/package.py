@@ -100,9 +100,12 @@ def random_inputs(model, seed: int = 0) -> dict[str, np.ndarray]:
 
 
 def ort_outputs(model, feeds: dict) -> dict[str, np.ndarray]:
-    """ONNX Runtime (default graph optimisations, CPU) on a standard ONNX model."""
+    """ONNX Runtime (default graph optimisations, CPU, exact int8: see
+    :data:`edgeops.ort.EXACT_INT8`) on a standard ONNX model."""
     import onnxruntime as ort
-    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    from edgeops.ort import exact_int8
+    sess = ort.InferenceSession(model.SerializeToString(), exact_int8(ort.SessionOptions()),
+                                providers=["CPUExecutionProvider"])
     names = [o.name for o in sess.get_outputs()]
     return dict(zip(names, sess.run(names, feeds)))
 

@@ -127,6 +127,24 @@ def _passive_openmp() -> None:
             "OMP_WAIT_POLICY=PASSIVE in the environment"), stacklevel=3)
 
 
+# ONNX Runtime's u8s8 int8 kernels on x86 without VNNI (SSE4.1, AVX2, AVX-512F) add pairs of
+# u8 x s8 products in int16 (pmaddubsw) and saturate once a weight lies outside [-64, 63]: a
+# QLinearConv with full-range int8 weights was off by up to 30 levels here (an AVX2 host), exact
+# on VNNI and Arm (sdot/udot) hosts, the board's. With this entry its graph optimiser moves such
+# constant weights to the exact u8u8 path (onnxruntime PR #12088; a no-op elsewhere). edgeops'
+# int8 kernels are exact, so package sessions and the reference outputs a package is checked
+# against set it: a quantized package's figures do not depend on the compiling host's ISA.
+EXACT_INT8 = {"session.x64quantprecision": "1"}
+
+
+def exact_int8(so):
+    """Set :data:`EXACT_INT8` on SessionOptions ``so`` unless the caller chose; returns ``so``."""
+    for key, value in EXACT_INT8.items():
+        if _entry(so, key) is None:
+            so.add_session_config_entry(key, value)
+    return so
+
+
 def register(session_options=None, target: str = "reference", *, threads: int | None = None,
              fast_hook: bool = True):
     """Make every ai.edgeops op runnable in sessions made with ``session_options`` (created when
@@ -151,6 +169,7 @@ def register(session_options=None, target: str = "reference", *, threads: int | 
             if _entry(so, key) is None:
                 so.add_session_config_entry(key, "0")
         so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        exact_int8(so)
     if threads is not None:
         so.intra_op_num_threads = int(threads)
     elif so.intra_op_num_threads == 0:
@@ -336,7 +355,7 @@ def session(model_or_path, target: str = "reference", providers: Sequence[str] |
         # nothing runs through the Python bridge: keep ONNX Runtime's own defaults (spinning,
         # parallel execution), which are what a package that lowered nothing should cost
         import onnxruntime as ort
-        so = ort.SessionOptions()
+        so = exact_int8(ort.SessionOptions())
         if threads is not None:
             so.intra_op_num_threads = int(threads)
         return session_class()(model.SerializeToString(), so, providers=providers)
@@ -357,5 +376,5 @@ def session(model_or_path, target: str = "reference", providers: Sequence[str] |
 
 
 __all__ = ["DISPATCH_ATTR", "LOWERABLE_STANDARD_OPS", "KernelRuntimeError", "OrtIntegrationError",
-           "configure_openmp", "fallback_counts", "install_fast_hook", "opdef_for", "prepare", "raise_errors", "register",
+           "configure_openmp", "exact_int8", "fallback_counts", "install_fast_hook", "opdef_for", "prepare", "raise_errors", "register",
            "reset_fallback_counts", "session", "take_errors"]

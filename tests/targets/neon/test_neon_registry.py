@@ -105,23 +105,29 @@ def test_clip_adapter(rng):
 
 
 def _ort_one_node(op, feeds, **attrs):
+    """ONNX Runtime and onnx.reference on one node; every input but the first is a constant
+    (ONNX Runtime's exact int8 path for x86 hosts without VNNI needs constant weights, see
+    edgeops.ort.EXACT_INT8)."""
     ort = pytest.importorskip("onnxruntime")
-    from onnx import TensorProto, helper
+    from onnx import TensorProto, helper, numpy_helper
+    from onnx.reference import ReferenceEvaluator
+    from edgeops.ort import exact_int8
+    (first, x), *consts = feeds.items()
     node = helper.make_node(op, list(feeds), ["y"], **attrs)
-    ins = [helper.make_tensor_value_info(k, helper.np_dtype_to_tensor_dtype(np.asarray(v).dtype),
-                                         np.shape(v)) for k, v in feeds.items()]
-    g = helper.make_graph([node], "q", ins,
-                          [helper.make_tensor_value_info("y", TensorProto.UINT8, None)])
+    g = helper.make_graph([node], "q", [helper.make_tensor_value_info(
+        first, helper.np_dtype_to_tensor_dtype(x.dtype), x.shape)],
+        [helper.make_tensor_value_info("y", TensorProto.UINT8, None)],
+        [numpy_helper.from_array(np.asarray(v), k) for k, v in consts])
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
-    so = ort.SessionOptions()
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    sess = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
-    return sess.run(None, feeds)[0]
+    sess = ort.InferenceSession(m.SerializeToString(), exact_int8(ort.SessionOptions()),
+                                providers=["CPUExecutionProvider"])
+    return sess.run(None, {first: x})[0], ReferenceEvaluator(m).run(None, {first: x})[0]
 
 
 def test_qlinear_adapters_match_onnxruntime(rng):
     """QLinearConv / QLinearMatMul through the registry are bit-exact with ONNX Runtime's own
-    int8 kernels (same float32 multiplier, round half to even, saturate)."""
+    int8 kernels (same float32 multiplier, round half to even, saturate), full-range int8 weights
+    included, and within one level of onnx.reference (which rounds its own multiplier)."""
     f32 = lambda v: np.array(v, np.float32)  # noqa: E731
     x = rng.integers(0, 256, (2, 4, 7, 9), dtype=np.uint8)
     w = rng.integers(-127, 128, (6, 4, 3, 3), dtype=np.int8)
@@ -129,14 +135,16 @@ def test_qlinear_adapters_match_onnxruntime(rng):
              "ws": rng.uniform(0.002, 0.01, 6).astype(np.float32), "wz": np.zeros(6, np.int8),
              "ys": f32(0.2), "yz": np.array(110, np.uint8),
              "b": rng.integers(-3000, 3000, 6, dtype=np.int32)}
-    want = _ort_one_node("QLinearConv", feeds, pads=[1, 0, 1, 2], strides=[1, 2])
+    want, exact = _ort_one_node("QLinearConv", feeds, pads=[1, 0, 1, 2], strides=[1, 2])
     got = kernel_by_name("neon.qlinearconv").fn(list(feeds.values()),
                                                 {"pads": (1, 0, 1, 2), "strides": (1, 2)})[0]
     np.testing.assert_array_equal(got, want)
+    assert np.abs(got.astype(int) - exact).max() <= 1   # its multiplier is not float32's
     a = rng.integers(0, 256, (3, 17, 40), dtype=np.uint8)
     b = rng.integers(-127, 128, (40, 23), dtype=np.int8)
     feeds = {"a": a, "as": f32(0.05), "az": np.array(7, np.uint8), "b": b, "bs": f32(0.01),
              "bz": np.array(0, np.int8), "ys": f32(0.3), "yz": np.array(128, np.uint8)}
-    want = _ort_one_node("QLinearMatMul", feeds)
+    want, exact = _ort_one_node("QLinearMatMul", feeds)
     got = kernel_by_name("neon.qlinearmatmul").fn(list(feeds.values()), {})[0]
     np.testing.assert_array_equal(got, want)
+    assert np.abs(got.astype(int) - exact).max() <= 1   # its multiplier is not float32's

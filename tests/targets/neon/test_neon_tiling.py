@@ -69,8 +69,9 @@ def test_conv_tiling_sets_the_im2col_gemm_blocking(rng, used_blockings):
              Tiling("conv2d", "im2col", "neon", (_lv("outer", k=19, c=5, oh=13, ow=11, r=3, s=3),))]
     ys = [conv2d_im2col(x, w, None, g, tiling=t) for t in tiles]
     assert used_blockings[0] != used_blockings[1]
-    # M = k, N = oh*ow = 44 (whole NR panels), K = c*r*s = 36 (>= KC_MIN)
-    assert from_tiling(tiles[0]).as_args() == (8, -(-44 // NR) * NR, 36)
+    # M = k = 8, N = oh*ow = 44 (whole MR and NR panels: the host's micro-kernel shape),
+    # K = c*r*s = 36 (>= KC_MIN)
+    assert from_tiling(tiles[0]).as_args() == (-(-8 // MR) * MR, -(-44 // NR) * NR, 36)
     np.testing.assert_allclose(ys[0], ys[1], rtol=1e-4, atol=1e-4)
 
 
