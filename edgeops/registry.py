@@ -44,6 +44,11 @@ class Kernel:
     predicate: Predicate | None = field(default=None, compare=False, repr=False)
     priority: int = 0
     doc: str = ""
+    # the kernel as one stage of a fused chain, or None: stage(inputs, attrs, x_shape) -> an
+    # object with ``follows(previous stage)`` and ``chain(stages)``, a callable that runs the
+    # stages on X in one pass and returns each one's output (edgeops.ort.regions fuses
+    # consecutive stages of a region this way); inputs[0] is None, X comes at the call
+    stage: Callable | None = field(default=None, compare=False, repr=False)
 
     def applies(self, node: NodeLike) -> tuple[bool, str]:
         dt = _node_dtype(node)
@@ -76,8 +81,9 @@ def op_key(op_type: str, domain: str = "") -> str:
 
 def register_kernel(op: str, target: str, *, dtypes: Sequence[str] = ("fp32",),
                     predicate: Predicate | None = None, priority: int = 0,
-                    name: str | None = None, doc: str = ""):
+                    name: str | None = None, doc: str = "", stage: Callable | None = None):
     """Decorator: ``@register_kernel("Conv", "neon", dtypes=("fp32",), priority=10)``.
+    ``stage``: see :attr:`Kernel.stage`.
 
     A second kernel with the same name, or a second one for the same (op, target) at the same
     priority, is a programming error and raises at import time.
@@ -87,7 +93,8 @@ def register_kernel(op: str, target: str, *, dtypes: Sequence[str] = ("fp32",),
 
     def deco(fn):
         kname = name or f"{target}.{fn.__name__}"
-        k = Kernel(op, target, kname, fn, tuple(dtypes), predicate, priority, doc or (fn.__doc__ or "").strip().split("\n")[0])
+        k = Kernel(op, target, kname, fn, tuple(dtypes), predicate, priority,
+                   doc or (fn.__doc__ or "").strip().split("\n")[0], stage)
         if kname in _BY_NAME:
             raise RuntimeError(f"kernel {kname!r} registered twice ({_BY_NAME[kname].fn.__module__} "
                                f"and {fn.__module__})")

@@ -139,3 +139,83 @@ def test_profiling_times_each_inner_node(rng, monkeypatch):
     s.run(None, feeds)
     assert set(regions.timing) == {n.name for n in lw.model.graph.node}
     assert all(len(v) == 1 and v[0] > 0 for v in regions.timing.values())
+
+
+def _gn_chain(rng, n=3, shape=(2, 12, 5, 7), groups=4):
+    c = shape[1]
+    nodes, inits, x = [], {}, "x"
+    for i in range(n):
+        inits[f"s{i}"] = rng.uniform(0.5, 1.5, c).astype(np.float32)
+        inits[f"b{i}"] = rng.uniform(-.5, .5, c).astype(np.float32)
+        nodes += [helper.make_node("GroupNormalization", [x, f"s{i}", f"b{i}"], [f"gn{i}"],
+                                   name=f"gn{i}", num_groups=groups, epsilon=1e-5),
+                  helper.make_node("Sigmoid", [f"gn{i}"], [f"sg{i}"], name=f"sig{i}"),
+                  helper.make_node("Mul", [f"gn{i}", f"sg{i}"], [f"y{i}"], name=f"mul{i}")]
+        x = f"y{i}"
+    return _model(nodes, inits, [("x", list(shape))], [x])
+
+
+def _prepared_session(m):
+    pm = eort.prepare(m, "neon")
+    s = ort.InferenceSession(pm.SerializeToString(), eort.register(None, "neon"),
+                             providers=["CPUExecutionProvider"])
+    (r,) = _region_nodes(pm)
+    return s, regions.resolve(next(a.s.decode() for a in r.attribute
+                                   if a.name == eort.DISPATCH_ATTR))
+
+
+def _counting_chains(monkeypatch):
+    from edgeops.targets.neon import norms
+    calls = []
+    real = norms.Chain.__call__
+
+    def counted(self, x):
+        calls.append(self.k)
+        return real(self, x)
+    monkeypatch.setattr(norms.Chain, "__call__", counted)
+    return calls
+
+
+@pytest.mark.parametrize("make,shape", [(_ln_chain, (3, 5, 37)), (_gn_chain, (2, 12, 5, 7))])
+def test_consecutive_norms_run_as_one_pass(rng, monkeypatch, make, shape):
+    """LayerNorm+GELU and GroupNorm+SiLU nodes feeding each other inside a region run as ONE
+    fused pass (the kernels' chain stages), with the numbers of the nodes run one by one."""
+    calls = _counting_chains(monkeypatch)
+    m = make(rng, n=4, shape=shape) if make is _gn_chain else make(rng, n=4, shape=shape,
+                                                                     side_output=False)
+    lw = lower(m, "rpi5", mode="all")
+    assert len(lw.model.graph.node) == 4, [n.op_type for n in lw.model.graph.node]
+    s, region = _prepared_session(lw.model)
+    assert list(region.chains) == [0] and region.chains[0][0] == 4
+    feeds = {"x": (rng.standard_normal(shape) * 3).astype(np.float32)}
+    got = dict(zip([o.name for o in s.get_outputs()], s.run(None, feeds)))
+    eort.raise_errors()
+    assert calls == [4]
+    _close(got, _ort(m, feeds))
+    per_node = _run(lw.model, feeds, regions=False)
+    for k in got:
+        np.testing.assert_array_equal(got[k], per_node[k])
+    s.run(None, feeds)      # the chain's stacked parameters are made once (held constants)
+    assert calls == [4, 4] and len(region._made) == 1
+
+
+def test_a_chain_after_a_side_output_and_its_failure_fall_back_to_nodes(rng, monkeypatch):
+    """ln0's output leaves the region, so LayerNorm 0 and its Gelu stay separate nodes and the
+    chain starts after them; a chain whose pass fails runs node by node from then on, with the
+    same numbers and nothing recorded as an error."""
+    from edgeops.errors import EdgeOpsError
+    from edgeops.targets.neon import norms
+    m = _ln_chain(rng, n=4, shape=(2, 3, 29))
+    lw = lower(m, "rpi5", mode="all")
+    s, region = _prepared_session(lw.model)
+    ops = [n.op_type for n in lw.model.graph.node]
+    assert list(region.chains) == [2] and region.chains[2][0] == len(ops), ops
+
+    def broken(self, x):
+        raise EdgeOpsError("no")
+    monkeypatch.setattr(norms.Chain, "__call__", broken)
+    feeds = {"x": rng.standard_normal((2, 3, 29)).astype(np.float32)}
+    got = dict(zip([o.name for o in s.get_outputs()], s.run(None, feeds)))
+    eort.raise_errors()
+    _close(got, _ort(m, feeds))
+    assert region.chains == {}

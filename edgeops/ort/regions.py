@@ -20,6 +20,15 @@ Package files are not changed: ``model.onnx`` keeps one node per placement row (
 manifest describes and tools display); regions exist only in the prepared, in-memory model.
 ``prepare(..., regions=False)`` keeps one ONNX Runtime node per ai.edgeops node (per-node
 profiling, debugging).
+
+Chains. Inside a region, consecutive inner nodes whose kernels are stages of one fused pass
+(:attr:`edgeops.registry.Kernel.stage`: norms over the same rows or groups, each node reading
+the previous one's only output) run as that one pass, each row taken through every stage in
+turn: one fork/join of the kernel's thread team for the chain instead of one per node (a
+passive OpenMP pool wakes its workers with a futex at each, ~50 us here), and the intermediate
+row still in L1 when the next stage reads it. A chain that cannot be formed for the inputs at
+hand, or whose pass fails, runs node by node instead (each node's own kernel and fallback
+rules), and so does every region while a profiler collects per-node times.
 """
 from __future__ import annotations
 
@@ -165,7 +174,7 @@ class _Region:
         self.name = d["region"]
         slot = {x: i for i, x in enumerate(d["inputs"])}
         self.n_in = len(d["inputs"])
-        steps = []
+        steps, entries = [], []
         self.threads = None
         for m in d["nodes"]:
             inner = resolve(m["spec"])   # every check now, before ONNX Runtime holds the node
@@ -186,9 +195,12 @@ class _Region:
                     slot[o] = len(slot)
                 outs.append(slot[o] if o else None)
             steps.append((m["name"], op_function(od), m["spec"], tuple(refs), tuple(outs)))
+            entries.append(inner)
         self.steps = steps
         self.n_slots = len(slot)
         self.outputs = tuple(slot[o] for o in d["outputs"])
+        self.chains = _chains(steps, entries)     # {first step: (end step, entries)}
+        self._made: dict = {}                     # (first step, X shape) -> a chain's pass
 
     def __call__(self, inputs):
         if self.threads is not None:     # once for the region, not once per inner node
@@ -200,7 +212,13 @@ class _Region:
     def _run(self, inputs):
         env = list(inputs[:self.n_in]) + [None] * (self.n_slots - self.n_in)
         clock = timing
-        for name, fn, spec, refs, outs in self.steps:
+        skip = 0
+        for i, (name, fn, spec, refs, outs) in enumerate(self.steps):
+            if i < skip:
+                continue
+            if i in self.chains and clock is None and self._chain(i, env):
+                skip = self.chains[i][0]
+                continue
             args = [_EMPTY if r is None else env[r] for r in refs]
             if clock is not None:
                 t = time.perf_counter()
@@ -213,6 +231,53 @@ class _Region:
                     env[o] = v
         res = tuple(env[o] for o in self.outputs)
         return res if len(res) > 1 else res[0]
+
+    def _chain(self, i, env) -> bool:
+        """Run the chain that starts at step ``i`` as one pass, its outputs into ``env``;
+        False (nothing written) when it cannot, and then it is not tried again."""
+        end, entries = self.chains[i]
+        steps = self.steps[i:end]
+        x = env[steps[0][3][0]]
+        try:
+            key = (i, x.shape)
+            run = self._made.get(key)
+            if run is None:
+                stages, held = [], True
+                for (_n, _f, _s, refs, _o), e in zip(steps, entries):
+                    xs = e.inputs([_EMPTY if r is None else env[r] for r in refs])
+                    xs[0] = None
+                    held = held and all(j in e.held for j in range(1, len(xs)) if xs[j] is not None)
+                    stages.append(e.kernel.stage(xs, e.attrs, x.shape))
+                run = stages[0].chain(stages)
+                if held:     # parameters are the held, read-only constants: the same every call
+                    self._made[key] = run
+            ys = run(x)
+        except Exception:  # noqa: BLE001  (node by node instead: each node's own rules apply)
+            del self.chains[i]
+            return False
+        for (_n, _f, _s, _r, outs), y in zip(steps, ys):
+            env[outs[0]] = y
+        return True
+
+
+def _chains(steps, entries) -> dict:
+    """{first step: (end step, the steps' dispatch entries)} for each run of >= 2 consecutive
+    steps whose kernels are chain stages (fixed kernel, one output, no NaN guard), each reading
+    the previous step's output as its first input."""
+    def stage(k):
+        e = entries[k]
+        return (e.kernel is not None and e.kernel.stage is not None and not e.nan_guard
+                and len(steps[k][4]) == 1 and steps[k][3] and steps[k][3][0] is not None)
+    out, k = {}, 0
+    while k < len(steps):
+        j = k + 1
+        if stage(k):
+            while j < len(steps) and stage(j) and steps[j][3][0] == steps[j - 1][4][0]:
+                j += 1
+        if j - k >= 2:
+            out[k] = (j, entries[k:j])
+        k = j
+    return out
 
 
 _cache: dict[str, _Region] = {}

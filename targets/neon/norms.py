@@ -146,6 +146,53 @@ def _groupnorm_serial(x, scale, bias, n, c, spatial, groups, eps, y, act, p0, p1
                         empty, t)
 
 
+# Chains: consecutive norms over the same partition (LayerNorm rows, GroupNorm (image, group)
+# blocks) in ONE loop, each row or block taken through every stage before the next: one
+# fork/join of the thread team for the chain instead of one per norm, and the intermediate row
+# still in L1 when the next stage reads it. ``y`` is (stages, elements); stage s reads y[s - 1].
+@njit(cache=True, inline="always", fastmath=_FM, error_model="numpy")
+def _layernorm_chain_row(x, scales, biases, d, eps, y, act, p0, p1, r):
+    _layernorm_row(x, scales[0], biases[0], d, eps[0], y[0], act[0], p0[0], p1[0], r)
+    for s in range(1, y.shape[0]):
+        _layernorm_row(y[s - 1], scales[s], biases[s], d, eps[s], y[s], act[s], p0[s], p1[s], r)
+
+
+@njit(cache=True, inline="always", fastmath=_FM, error_model="numpy")
+def _groupnorm_chain_task(x, scales, biases, c, spatial, groups, eps, y, act, p0, p1, empty, t):
+    cg = c // groups
+    _groupnorm_task(x, scales[0], biases[0], cg, spatial, groups, eps[0], y[0], act[0], p0[0],
+                    p1[0], empty, t)
+    for s in range(1, y.shape[0]):
+        _groupnorm_task(y[s - 1], scales[s], biases[s], cg, spatial, groups, eps[s], y[s], act[s],
+                        p0[s], p1[s], empty, t)
+
+
+@njit(parallel=True, cache=True, fastmath=_FM, error_model="numpy")
+def _layernorm_chain(x, scales, biases, rows, d, eps, y, act, p0, p1):
+    for r in prange(rows):
+        _layernorm_chain_row(x, scales, biases, d, eps, y, act, p0, p1, r)
+
+
+@njit(cache=True, fastmath=_FM, error_model="numpy")
+def _layernorm_chain_serial(x, scales, biases, rows, d, eps, y, act, p0, p1):
+    for r in range(rows):
+        _layernorm_chain_row(x, scales, biases, d, eps, y, act, p0, p1, r)
+
+
+@njit(parallel=True, cache=True, fastmath=_FM, error_model="numpy")
+def _groupnorm_chain(x, scales, biases, n, c, spatial, groups, eps, y, act, p0, p1):
+    empty = np.empty(0, np.float32)
+    for t in prange(n * groups):
+        _groupnorm_chain_task(x, scales, biases, c, spatial, groups, eps, y, act, p0, p1, empty, t)
+
+
+@njit(cache=True, fastmath=_FM, error_model="numpy")
+def _groupnorm_chain_serial(x, scales, biases, n, c, spatial, groups, eps, y, act, p0, p1):
+    empty = np.empty(0, np.float32)
+    for t in range(n * groups):
+        _groupnorm_chain_task(x, scales, biases, c, spatial, groups, eps, y, act, p0, p1, empty, t)
+
+
 @njit(parallel=True, cache=True, fastmath=_FM, error_model="numpy")
 def _softmax_kernel(x, outer, length, inner, y):
     """Softmax over the middle axis of (outer, length, inner); vector lanes run along ``inner``
@@ -257,6 +304,100 @@ def groupnorm(x, scale, bias, num_groups, epsilon=1e-5, act=None) -> np.ndarray:
             x.reshape(-1), par[0], par[1], x.shape[0], c, spatial, num_groups, float(epsilon),
             y.reshape(-1), a[0], a[1], a[2])
     return y
+
+
+class NormStage:
+    """One norm (+ activation) as a stage of a fused chain (:func:`run_chain`): what
+    :func:`layernorm` / :func:`groupnorm` check and prepare of their parameters, for an input of
+    ``shape``. ``part``: the partition it is computed over (LayerNorm: rows x normalised size;
+    GroupNorm: images, channels, spatial size, groups); stages chain when kind and partition match."""
+    __slots__ = ("kind", "shape", "part", "scale", "bias", "eps", "act")
+
+    def __init__(self, kind, shape, part, scale, bias, eps, act):
+        self.kind, self.shape, self.part = kind, tuple(shape), part
+        self.scale, self.bias, self.eps, self.act = scale, bias, float(eps), _act(act)
+
+    def follows(self, prev: "NormStage") -> bool:
+        """Whether this stage can take ``prev``'s output inside one fused pass."""
+        return (isinstance(prev, NormStage) and self.kind == prev.kind and self.part == prev.part
+                and self.shape == prev.shape)
+
+    @staticmethod
+    def chain(stages) -> "Chain":
+        return Chain(stages)
+
+
+def layernorm_stage(shape, scale, bias=None, axis=-1, epsilon=1e-5, act=None) -> NormStage:
+    """:func:`layernorm` of an input of ``shape`` as a chain stage."""
+    ax = axis + len(shape) if axis < 0 else axis
+    if not 0 <= ax < len(shape):
+        raise EdgeOpsError(f"neon layernorm: axis={axis} out of range for X {tuple(shape)}")
+    tail = tuple(shape[ax:])
+    d = math.prod(tail)
+    try:
+        sc = _ln_param("Scale", scale, tail)
+        bs = np.zeros(d, np.float32) if bias is None else _ln_param("B", bias, tail)
+    except ValueError:
+        raise EdgeOpsError(f"neon layernorm: Scale/B do not broadcast to {tail}") from None
+    return NormStage("layernorm", shape, (math.prod(shape) // max(d, 1), d), sc, bs, epsilon, act)
+
+
+def groupnorm_stage(shape, scale, bias, num_groups, epsilon=1e-5, act=None) -> NormStage:
+    """:func:`groupnorm` of an input of ``shape`` as a chain stage."""
+    if len(shape) < 2 or shape[1] % num_groups:
+        raise EdgeOpsError(f"neon groupnorm: num_groups={num_groups} must divide C of X "
+                           f"{tuple(shape)}")
+    c = shape[1]
+    par = []
+    for name, p in (("Scale", scale), ("Bias", bias)):
+        p = _f32("groupnorm", name, p).reshape(-1)
+        if p.size not in (c, num_groups):
+            raise EdgeOpsError(f"neon groupnorm: {name} has {p.size} entries; need C={c} or "
+                               f"num_groups={num_groups}")
+        par.append(np.repeat(p, c // p.size).astype(np.float32))
+    return NormStage("groupnorm", shape, (shape[0], c, math.prod(shape[2:]), num_groups),
+                     par[0], par[1], epsilon, act)
+
+
+class Chain:
+    """Stages (:class:`NormStage`, each taking the previous one's output) as one fused pass over
+    their common partition, parameters stacked once: calling it with X returns every stage's
+    output (views of one buffer). Serial below the norms' threshold counted over the whole
+    chain's elements: the fork/join of the thread team is paid once for all stages."""
+
+    def __init__(self, stages):
+        stages = list(stages)
+        if not stages or any(not s.follows(p) for p, s in zip(stages, stages[1:])):
+            raise EdgeOpsError(f"neon chain: stages {[(s.kind, s.shape) for s in stages]} do not "
+                               f"chain (one kind over one partition)")
+        self.kind, self.shape, self.part, self.k = stages[0].kind, stages[0].shape, stages[0].part, len(stages)
+        self.scale = np.stack([s.scale for s in stages])
+        self.bias = np.stack([s.bias for s in stages])
+        self.eps = np.array([s.eps for s in stages])
+        self.act = np.array([s.act[0] for s in stages], np.int64)
+        self.p0 = np.array([s.act[1] for s in stages])
+        self.p1 = np.array([s.act[2] for s in stages])
+
+    def __call__(self, x) -> list:
+        x = _f32(self.kind, "X", x)
+        if x.shape != self.shape:
+            raise EdgeOpsError(f"neon chain: X is {x.shape}, the chain was made for {self.shape}")
+        y = np.empty((self.k, x.size), np.float32)
+        if x.size:
+            args = (self.scale, self.bias)
+            tail = (self.eps, y, self.act, self.p0, self.p1)
+            if self.kind == "layernorm":
+                _pick(_layernorm_chain, _layernorm_chain_serial, x.size * self.k)(
+                    x.reshape(-1), *args, *self.part, *tail)
+            else:
+                _pick(_groupnorm_chain, _groupnorm_chain_serial, x.size * self.k)(
+                    x.reshape(-1), *args, *self.part, *tail)
+        return [y[i].reshape(x.shape) for i in range(self.k)]
+
+
+def run_chain(x, stages) -> list:
+    """Every stage's output, stage s applied to stage s-1's (the first to ``x``): :class:`Chain`."""
+    return Chain(stages)(x)
 
 
 def softmax(x, axis=-1) -> np.ndarray:

@@ -129,7 +129,21 @@ def _swiglu(inputs, attrs, tiling=None):
     return [swiglu(x, w1, w2, b1, b2, tiling=tiling)]
 
 
-@register_kernel("LayerNormalization", T, dtypes=FP32, name="neon.layernorm", priority=10)
+def _ln_stage(inputs, attrs, shape):
+    b = inputs[2] if len(inputs) > 2 else None
+    act = None
+    if "approximate" in attrs:    # LayerNormGelu
+        act = "gelu_tanh" if attrs["approximate"] == "tanh" else "gelu"
+    return norms.layernorm_stage(shape, inputs[1], b, attrs["axis"], attrs["epsilon"], act)
+
+
+def _gn_stage(inputs, attrs, shape):
+    return norms.groupnorm_stage(shape, inputs[1], inputs[2], attrs["num_groups"],
+                                 attrs["epsilon"], attrs.get("activation"))
+
+
+@register_kernel("LayerNormalization", T, dtypes=FP32, name="neon.layernorm", priority=10,
+                 stage=_ln_stage)
 def _layernorm(inputs, attrs, tiling=None):
     """LayerNorm, one read for statistics and one fused normalise pass."""
     b = inputs[2] if len(inputs) > 2 else None
@@ -137,7 +151,7 @@ def _layernorm(inputs, attrs, tiling=None):
 
 
 @register_kernel("ai.edgeops::LayerNormGelu", T, dtypes=FP32, name="neon.layernorm_gelu",
-                 priority=10)
+                 priority=10, stage=_ln_stage)
 def _layernorm_gelu(inputs, attrs, tiling=None):
     """LayerNorm + GELU (erf or tanh) in one pass."""
     b = inputs[2] if len(inputs) > 2 else None
@@ -145,7 +159,8 @@ def _layernorm_gelu(inputs, attrs, tiling=None):
     return [norms.layernorm(inputs[0], inputs[1], b, attrs["axis"], attrs["epsilon"], act)]
 
 
-@register_kernel("GroupNormalization", T, dtypes=FP32, name="neon.groupnorm", priority=10)
+@register_kernel("GroupNormalization", T, dtypes=FP32, name="neon.groupnorm", priority=10,
+                 stage=_gn_stage)
 def _groupnorm(inputs, attrs, tiling=None):
     """GroupNorm, per (image, group) statistics then one fused pass."""
     return [norms.groupnorm(inputs[0], inputs[1], inputs[2], attrs["num_groups"],
@@ -153,7 +168,7 @@ def _groupnorm(inputs, attrs, tiling=None):
 
 
 @register_kernel("ai.edgeops::GroupNormAct", T, dtypes=FP32, name="neon.groupnorm_act",
-                 priority=10)
+                 priority=10, stage=_gn_stage)
 def _groupnorm_act(inputs, attrs, tiling=None):
     """GroupNorm + SiLU in one pass."""
     return [norms.groupnorm(inputs[0], inputs[1], inputs[2], attrs["num_groups"],

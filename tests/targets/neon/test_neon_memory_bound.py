@@ -159,6 +159,48 @@ def vm_silu(v):
     return v / (1 + np.exp(-v))
 
 
+@pytest.mark.parametrize("parallel", [False, True])
+def test_norm_chains_match_the_references(rng, monkeypatch, parallel):
+    """Norms chained in one pass (each row or group through every stage in turn) against the
+    float64 references applied one after the other; serial and parallel loops both."""
+    monkeypatch.setattr(norms, "small_norm_elements", lambda: 1 << 40 if not parallel else 0)
+    x = rng.standard_normal((3, 7, 33), dtype=np.float32) * 3 + 1
+    acts = [("gelu", "none"), (None, None), ("gelu_tanh", "tanh"), ("gelu", "none")]
+    params = [(rng.standard_normal(33, dtype=np.float32), rng.standard_normal(33, dtype=np.float32))
+              for _ in acts]
+    stages = [norms.layernorm_stage(x.shape, s, b, -1, 1e-5, a) for (s, b), (a, _) in zip(params, acts)]
+    ys = norms.run_chain(x, stages)
+    ref = x.astype(np.float64)
+    for y, (s, b), (_a, approx) in zip(ys, params, acts):
+        xs = [ref, s.astype(np.float64), b.astype(np.float64)]
+        ref = (LayerNormalization.reference(*xs, axis=-1, epsilon=1e-5) if approx is None else
+               LayerNormGelu.reference(*xs, axis=-1, epsilon=1e-5, approximate=approx))
+        np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-4)
+    xg = rng.standard_normal((2, 12, 5, 7), dtype=np.float32) * 2 - 0.5
+    gp = [(rng.standard_normal(12, dtype=np.float32), rng.standard_normal(n, dtype=np.float32))
+          for n in (12, 4, 12)]     # per-channel and per-group bias
+    ys = norms.run_chain(xg, [norms.groupnorm_stage(xg.shape, s, b, 4, 1e-5, a)
+                              for (s, b), a in zip(gp, ("silu", "none", "silu"))])
+    ref = xg.astype(np.float64)
+    for y, (s, b), a in zip(ys, gp, ("silu", "none", "silu")):
+        ref = GroupNormAct.reference(ref, s.astype(np.float64), np.repeat(b, 12 // b.size).astype(np.float64),
+                                     num_groups=4, epsilon=1e-5, activation=a)
+        np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-4)
+
+
+def test_norm_chains_refuse_stages_that_do_not_chain(rng):
+    s = np.ones(8, np.float32)
+    ln = norms.layernorm_stage((4, 8), s, None)
+    with pytest.raises(EdgeOpsError, match="do not chain"):
+        norms.Chain([ln, norms.layernorm_stage((2, 16), np.ones(16, np.float32), None)])
+    with pytest.raises(EdgeOpsError, match="do not chain"):
+        norms.Chain([ln, norms.groupnorm_stage((4, 8), s, s, 2)])
+    with pytest.raises(EdgeOpsError, match="made for"):
+        norms.run_chain(np.ones((8, 4), np.float32), [ln, ln])
+    with pytest.raises(EdgeOpsError, match="divide"):
+        norms.groupnorm_stage((2, 6, 4), np.ones(6, np.float32), np.ones(6, np.float32), 4)
+
+
 def test_memory_bound_bad_inputs(rng):
     x = rng.standard_normal((2, 6, 4), dtype=np.float32)
     with pytest.raises(EdgeOpsError, match="divide"):
