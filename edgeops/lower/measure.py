@@ -21,6 +21,11 @@ here: edgeops 2.1x faster at 1 thread, at parity at 2, where ONNX Runtime splits
 cores and a passive Numba pool pays its wake-up), so a 1-thread package is decided on 1-thread
 figures.
 
+Regions. A run of consecutive nodes that lowering would make one region (edgeops.ort.regions:
+one bridge crossing, and one fused pass where kernels chain, such as norms feeding norms) is
+also measured as one (:meth:`KernelTable.region`, keyed by its members' keys): the sum of its
+nodes' figures misses both.
+
 Why measure: every call through the bridge costs tens of microseconds here, far above the
 simulator's launch figure, so only a measurement says whether a node is worth lowering. Only the
 ``host`` board can be measured; another board needs a table measured on it.
@@ -123,17 +128,11 @@ class KernelTable:
         if key not in self.used:
             self.used.append(key)
         if hit is None:
-            t = measure(node, kernel, originals, self.threads)
-            hit = self.entries[key] = {
-                "kernel": kernel.name, "op": node.op_type if not node.domain else
-                f"{node.domain}::{node.op_type}",
-                "chain": [n.op_type for n in originals] or [node.op_type],
-                "signature": key.split("|", 2)[-1], "threads": self.threads,
-                "edgeops_s": None if t is None else t[0], "ort_s": None if t is None else t[1],
-                "kernel_s": None if t is None or len(t) < 3 else t[2],
-                "measured_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-            self.measured_now.append(key)
-            self._save()
+            hit = self._fill(key, measure(node, kernel, originals, self.threads),
+                             kernel=kernel.name, op=node.op_type if not node.domain else
+                             f"{node.domain}::{node.op_type}",
+                             chain=[n.op_type for n in originals] or [node.op_type],
+                             signature=key.split("|", 2)[-1])
         e, o = hit.get("edgeops_s"), hit.get("ort_s")
         return None if e is None or o is None else (e, o)
 
@@ -141,6 +140,33 @@ class KernelTable:
         """The kernel alone (its dispatch entry called from Python, no bridge crossing) of an
         entry :meth:`get` filled; what a node costs inside a region (edgeops.ort.regions)."""
         return (self.entries.get(self._key(key)) or {}).get("kernel_s")
+
+    def region(self, nodes, kernels, originals, keys):
+        """(edgeops s, ONNX Runtime s) of consecutive nodes as one region (:func:`measure_region`),
+        measured at first use and cached under ``keys``, the members' own ("kernel|signature");
+        None when the region cannot be measured."""
+        sigs = list(keys)
+        key = self._key("region|" + hashlib.sha256("\n".join(sigs).encode()).hexdigest()[:32])
+        hit = self.entries.get(key)
+        if key not in self.used:
+            self.used.append(key)
+        if hit is None:
+            hit = self._fill(key, measure_region(nodes, kernels, originals, self.threads),
+                             kernel="region", chain=[k.name for k in kernels],
+                             signature=" ; ".join(s.split("|", 1)[1] for s in sigs))
+        e, o = hit.get("edgeops_s"), hit.get("ort_s")
+        return None if e is None or o is None else (e, o)
+
+    def _fill(self, key: str, t, **fields) -> dict:
+        """Store a measurement ([edgeops s, ONNX Runtime s, kernel s?] or None) under ``key``."""
+        hit = self.entries[key] = {
+            **fields, "threads": self.threads,
+            "edgeops_s": None if t is None else t[0], "ort_s": None if t is None else t[1],
+            "kernel_s": None if t is None or len(t) < 3 else t[2],
+            "measured_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        self.measured_now.append(key)
+        self._save()
+        return hit
 
     def whole_model(self, source, lowered):
         """(package s, ONNX Runtime s) for the whole lowered model against the original, or None
@@ -187,17 +213,9 @@ def measure(node, kernel, originals, threads: int | None = None) -> list | None:
     None when the subgraph cannot be cut out (shapes or constants unknown) or ONNX Runtime
     refuses it. ``threads``: ONNX Runtime's intra-op threads and the kernel's (default: the
     cores)."""
-    from types import SimpleNamespace
     from edgeops.errors import EdgeOpsError
-    from edgeops.lower.surgery import lowered
-    ours = _proto(node)
-    lowered(ours, node, SimpleNamespace(kernel=kernel.name, tiling=None),
-            node.graph.opsets.get("", 0))
-    theirs = [_proto(n) for n in originals] if originals else [_proto(node)]
     try:
-        m_ours, feeds = _mini([ours], node.graph, node.outputs[0])
-        m_theirs, _ = _mini(theirs, originals[0].graph if originals else node.graph,
-                            node.outputs[0], feeds)
+        m_ours, m_theirs, feeds = _cut([node], [kernel], [originals])
     except _CannotCut:
         return None
     try:
@@ -213,6 +231,44 @@ def measure(node, kernel, originals, threads: int | None = None) -> list | None:
     except EdgeOpsError:
         return [float("inf"), _medians([theirs_s], feeds)[0], float("inf")]
     return _medians([ours_s, theirs_s, alone], feeds)
+
+
+def _cut(nodes, kernels, originals):
+    """(the nodes lowered to ``kernels``, ONNX Runtime's original nodes, feeds) as two models of
+    just those nodes, the last node's first output their output. ``originals``: per node, the
+    source nodes a fused node replaced (empty: the node itself)."""
+    from types import SimpleNamespace
+    from edgeops.lower.surgery import lowered
+    ours, theirs, g_theirs = [], [], nodes[0].graph
+    for n, k, orig in zip(nodes, kernels, originals):
+        p = _proto(n)
+        lowered(p, n, SimpleNamespace(kernel=k.name, tiling=None), n.graph.opsets.get("", 0))
+        ours.append(p)
+        theirs += [_proto(o) for o in orig] if orig else [_proto(n)]
+        if orig:
+            g_theirs = orig[0].graph
+    out = nodes[-1].outputs[0]
+    m_ours, feeds = _mini(ours, nodes[0].graph, out)
+    m_theirs, _ = _mini(theirs, g_theirs, out, feeds)
+    return m_ours, m_theirs, feeds
+
+
+def measure_region(nodes, kernels, originals, threads: int | None = None) -> list | None:
+    """[edgeops s, ONNX Runtime s] for consecutive nodes run as ONE region through the bridge
+    (edgeops.ort.regions: one crossing, and whatever the kernels do together, such as a fused
+    chain pass), against ONNX Runtime on their original nodes; None when they cannot be cut out
+    or either side fails. Only the last node's output leaves the measured region (a region whose
+    intermediate tensors are also read outside copies those out as well)."""
+    try:
+        m_ours, m_theirs, feeds = _cut(nodes, kernels, originals)
+        from edgeops.ort import session
+        sides = [session(m_ours, target=kernels[0].target, threads=threads),
+                 _ort_session(m_theirs, threads)]
+        for s in sides:
+            s.run(None, feeds)
+        return _medians(sides, feeds)
+    except Exception:  # noqa: BLE001  (a region that cannot be measured is not promoted)
+        return None
 
 
 class _Call:

@@ -55,8 +55,10 @@ def place(n, ctx, fused=()) -> Placement:
                 f" ({k.name} is not {1 - MARGIN:.0%} faster)" if ours < theirs else ""),
                 (ours, theirs))
             q.signature = sig
-            if regional is not None and alone is not None and alone < theirs * MARGIN:
-                # slower alone only by its bridge crossing: a region may pay that once for many
+            if regional is not None and alone is not None and (
+                    alone < theirs * MARGIN or k.stage is not None):
+                # slower alone only by its bridge crossing: a region may pay that once for many;
+                # or a chain stage, which costs less inside a chain than alone (one fused pass)
                 regional[n.name] = Regional(p, alone, ours, theirs, candidate=True)
             return q
         if ours is not None and theirs is not None and ours < theirs:
@@ -108,25 +110,35 @@ class Regional:
 
 def promote_regions(first, ctx) -> int:
     """Lower the candidates (nodes slower than ONNX Runtime alone only by the bridge crossing)
-    of each run of consecutive lowered-or-candidate nodes whose kernels plus ONE crossing are
-    measured faster than ONNX Runtime on all of them: :func:`edgeops.ort.prepare` runs such a
-    run as one region (edgeops.ort.regions). The crossing of a region is estimated by its
-    members' largest (they share the boundary's tensor sizes). ``first``: [(node, Placement or
-    None)] in graph order, updated in place; returns how many nodes were promoted."""
+    of each run of consecutive lowered-or-candidate nodes that is measured faster than ONNX
+    Runtime on all of them: :func:`edgeops.ort.prepare` runs such a run as one region
+    (edgeops.ort.regions). Where the kernel table can time a region (``region``), the run is
+    measured as one, through the bridge as a package runs it (one crossing, and a fused pass
+    where its kernels chain); otherwise it is estimated as its kernels alone plus one crossing,
+    its members' largest (they share the boundary's tensor sizes), an upper bound when kernels
+    chain. ``first``: [(node, Placement or None)] in graph order, updated in place; returns how
+    many nodes were promoted."""
     from edgeops.lower.measure import MARGIN
     info = getattr(ctx, "regional", None) or {}
     promoted, run = 0, []
+    nodes = {q.node: n for n, q in first if q is not None}
 
     def close():
         nonlocal promoted
         members = [info[i] for i in run]
         if len(members) >= 2 and any(r.candidate for r in members):
-            cost = sum(r.alone for r in members) + max(r.crossing for r in members)
-            ort_s = sum(r.theirs for r in members)
-            if cost < ort_s * MARGIN:
+            whole = _region_measured(run, members, nodes, ctx)
+            if whole is not None:
+                cost, ort_s = whole
+                said = (f"in a region of {len(members)} nodes measured as one on {_where(ctx)}: "
+                        f"{_ms(cost)} vs ORT {_ms(ort_s)}")
+            else:
+                cost = sum(r.alone for r in members) + max(r.crossing for r in members)
+                ort_s = sum(r.theirs for r in members)
                 said = (f"in a region of {len(members)} nodes measured on {_where(ctx)}: "
                         f"kernels {_ms(sum(r.alone for r in members))} + one crossing "
                         f"{_ms(max(r.crossing for r in members))} vs ORT {_ms(ort_s)}")
+            if cost < ort_s * MARGIN:
                 for k, (n, q) in enumerate(first):
                     r = info.get(q.node) if q is not None else None
                     if r is not None and r.candidate and q.node in run:
@@ -145,6 +157,19 @@ def promote_regions(first, ctx) -> int:
             close()
     close()
     return promoted
+
+
+def _region_measured(run, members, nodes, ctx):
+    """(edgeops s, ONNX Runtime s) of the run measured as one region by the kernel table, or
+    None (no table that can, or the run could not be measured)."""
+    measure = getattr(ctx.table, "region", None)
+    if measure is None:
+        return None
+    from edgeops.registry import kernel_by_name
+    ks = [kernel_by_name(r.p.kernel) for r in members]
+    return measure([nodes[i] for i in run], ks,
+                   [[ctx.src_nodes[s] for s in r.p.fused] for r in members],
+                   [f"{k.name}|{r.p.signature}" for k, r in zip(ks, members)])
 
 
 def unfuse(p: Placement, originals, ctx) -> list:
