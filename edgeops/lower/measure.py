@@ -17,7 +17,8 @@ lowering policy, whose placement reason then says "measured on host: x ms vs ORT
 Thread count. Entries are also keyed by the threads both sides ran with (a package's
 ``runtime.threads``, default every core this process may use), ONNX Runtime's intra-op threads
 and the kernel's Numba threads alike: which side wins moves with it (LayerNorm+GELU on 128x768
-here: edgeops 2.1x faster at 1 thread, at parity at 2, where ONNX Runtime splits rows over both
+on a Zen 4 host: edgeops 2.1x faster at 1 thread, at parity at 2; a four-node chain of them on an
+AVX2 host: 1.28x faster at 1 thread, kept in ONNX Runtime at 2, where ONNX Runtime splits rows over both
 cores and a passive Numba pool pays its wake-up), so a 1-thread package is decided on 1-thread
 figures.
 

@@ -2,8 +2,9 @@
 
 Every custom node costs a crossing of onnxruntime-extensions' bridge: its inputs copied into new
 numpy arrays, a Python call under the GIL, its outputs copied back into ONNX Runtime's buffers.
-For a memory-bound chain that crossing is most of the node (LayerNorm+GELU on 128x768 here:
-~87 us of kernel, ~36 us of crossing), so a chain of four pays it four times where one would do.
+For a memory-bound chain that crossing is much of the node (LayerNorm+GELU on 128x768: ~87 us
+of kernel, ~36 us of crossing on a Zen 4 host; ~140 and ~90 us through a whole session on an
+AVX2 one), so a chain of four pays it four times where one would do.
 Like the subgraphs TensorRT's execution provider takes over from ONNX Runtime, :func:`collapse`
 (called by :func:`edgeops.ort.prepare`) replaces each run of consecutive ai.edgeops nodes (in the
 graph's topological order, so a run is convex: no path leaves it and comes back) by one
