@@ -219,3 +219,23 @@ def test_a_chain_after_a_side_output_and_its_failure_fall_back_to_nodes(rng, mon
     eort.raise_errors()
     _close(got, _ort(m, feeds))
     assert region.chains == {}
+
+
+def test_a_chained_region_serves_sessions_on_several_threads(rng):
+    """Sessions of one model share its regions (cached per dispatch spec): runs from several
+    threads at once give every thread the single-threaded answer."""
+    from concurrent.futures import ThreadPoolExecutor
+    m = _ln_chain(rng, n=4, shape=(4, 6, 40), side_output=False)
+    lw = lower(m, "rpi5", mode="all")
+    sessions = [eort.session(lw.model, "neon") for _ in range(2)]
+    feeds = [{"x": rng.standard_normal((4, 6, 40)).astype(np.float32)} for _ in range(4)]
+    want = [sessions[0].run(None, f)[0] for f in feeds]
+
+    def work(k):
+        s = sessions[k % 2]
+        return [[s.run(None, f)[0] for f in feeds] for _ in range(10)]
+    with ThreadPoolExecutor(4) as ex:
+        for rounds in ex.map(work, range(4)):
+            for got in rounds:
+                for g, w in zip(got, want):
+                    np.testing.assert_array_equal(g, w)

@@ -217,9 +217,10 @@ class _Region:
         for i, (name, fn, spec, refs, outs) in enumerate(self.steps):
             if i < skip:
                 continue
-            if i in self.chains and clock is None and self._chain(i, env):
-                skip = self.chains[i][0]
-                continue
+            if i in self.chains and clock is None:
+                skip = self._chain(i, env)
+                if skip:
+                    continue
             args = [_EMPTY if r is None else env[r] for r in refs]
             if clock is not None:
                 t = time.perf_counter()
@@ -233,10 +234,14 @@ class _Region:
         res = tuple(env[o] for o in self.outputs)
         return res if len(res) > 1 else res[0]
 
-    def _chain(self, i, env) -> bool:
-        """Run the chain that starts at step ``i`` as one pass, its outputs into ``env``;
-        False (nothing written) when it cannot, and then it is not tried again."""
-        end, entries = self.chains[i]
+    def _chain(self, i, env) -> int:
+        """Run the chain that starts at step ``i`` as one pass, its outputs into ``env``; the
+        step after it, or 0 (nothing written) when it cannot, and then it is not tried again
+        (sessions on other threads may share this region: nothing here assumes it is alone)."""
+        chain = self.chains.get(i)
+        if chain is None:
+            return 0
+        end, entries = chain
         steps = self.steps[i:end]
         x = env[steps[0][3][0]]
         try:
@@ -254,11 +259,11 @@ class _Region:
                     self._made[key] = run
             ys = run(x)
         except Exception:  # noqa: BLE001  (node by node instead: each node's own rules apply)
-            del self.chains[i]
-            return False
+            self.chains.pop(i, None)
+            return 0
         for (_n, _f, _s, _r, outs), y in zip(steps, ys):
             env[outs[0]] = y
-        return True
+        return end
 
 
 def _chains(steps, entries) -> dict:
