@@ -263,22 +263,11 @@ def _ln_param(name, p, tail):
 def layernorm(x, scale, bias=None, axis=-1, epsilon=1e-5, act=None) -> np.ndarray:
     """LayerNormalization over axes [axis, rank) (+ fused activation, e.g. "gelu"/"gelu_tanh")."""
     x = _f32("layernorm", "X", x)
-    ax = axis + x.ndim if axis < 0 else axis
-    if not 0 <= ax < x.ndim:
-        raise EdgeOpsError(f"neon layernorm: axis={axis} out of range for X {x.shape}")
-    tail = x.shape[ax:]
-    d = math.prod(tail)   # np.prod on a tuple measured ~3 us a call
-    try:
-        sc = _ln_param("Scale", scale, tail)
-        bs = None if bias is None else _ln_param("B", bias, tail)
-    except ValueError:
-        raise EdgeOpsError(f"neon layernorm: Scale/B do not broadcast to {tail}") from None
+    st = layernorm_stage(x.shape, scale, bias, axis, epsilon, act)
     y = np.empty_like(x)
-    a = _act(act)
     if x.size:
         _pick(_layernorm_kernel, _layernorm_serial, x.size)(
-            x.reshape(-1), sc, np.zeros(d, np.float32) if bs is None else bs, x.size // d, d,
-            float(epsilon), y.reshape(-1), a[0], a[1], a[2])
+            x.reshape(-1), st.scale, st.bias, *st.part, st.eps, y.reshape(-1), *st.act)
     return y
 
 
@@ -286,23 +275,11 @@ def groupnorm(x, scale, bias, num_groups, epsilon=1e-5, act=None) -> np.ndarray:
     """GroupNormalization (per-channel scale/bias as opset 21; per-group ones are expanded)
     (+ fused activation, e.g. "silu")."""
     x = _f32("groupnorm", "X", x)
-    if x.ndim < 2 or x.shape[1] % num_groups:
-        raise EdgeOpsError(f"neon groupnorm: num_groups={num_groups} must divide C of X {x.shape}")
-    c = x.shape[1]
-    par = []
-    for name, p in (("Scale", scale), ("Bias", bias)):
-        p = _f32("groupnorm", name, p).reshape(-1)
-        if p.size not in (c, num_groups):
-            raise EdgeOpsError(f"neon groupnorm: {name} has {p.size} entries; need C={c} or "
-                               f"num_groups={num_groups}")
-        par.append(np.repeat(p, c // p.size).astype(np.float32))
-    spatial = math.prod(x.shape[2:])
+    st = groupnorm_stage(x.shape, scale, bias, num_groups, epsilon, act)
     y = np.empty_like(x)
-    a = _act(act)
     if x.size:
         _pick(_groupnorm_kernel, _groupnorm_serial, x.size)(
-            x.reshape(-1), par[0], par[1], x.shape[0], c, spatial, num_groups, float(epsilon),
-            y.reshape(-1), a[0], a[1], a[2])
+            x.reshape(-1), st.scale, st.bias, *st.part, st.eps, y.reshape(-1), *st.act)
     return y
 
 
@@ -328,7 +305,7 @@ class NormStage:
 
 
 def layernorm_stage(shape, scale, bias=None, axis=-1, epsilon=1e-5, act=None) -> NormStage:
-    """:func:`layernorm` of an input of ``shape`` as a chain stage."""
+    """:func:`layernorm` of an input of ``shape`` as a chain stage (its checks and parameters)."""
     ax = axis + len(shape) if axis < 0 else axis
     if not 0 <= ax < len(shape):
         raise EdgeOpsError(f"neon layernorm: axis={axis} out of range for X {tuple(shape)}")
@@ -343,7 +320,7 @@ def layernorm_stage(shape, scale, bias=None, axis=-1, epsilon=1e-5, act=None) ->
 
 
 def groupnorm_stage(shape, scale, bias, num_groups, epsilon=1e-5, act=None) -> NormStage:
-    """:func:`groupnorm` of an input of ``shape`` as a chain stage."""
+    """:func:`groupnorm` of an input of ``shape`` as a chain stage (its checks and parameters)."""
     if len(shape) < 2 or shape[1] % num_groups:
         raise EdgeOpsError(f"neon groupnorm: num_groups={num_groups} must divide C of X "
                            f"{tuple(shape)}")

@@ -129,12 +129,16 @@ def _swiglu(inputs, attrs, tiling=None):
     return [swiglu(x, w1, w2, b1, b2, tiling=tiling)]
 
 
+def _gelu(attrs):
+    """LayerNormGelu's activation (None for a plain LayerNormalization)."""
+    if "approximate" not in attrs:
+        return None
+    return "gelu_tanh" if attrs["approximate"] == "tanh" else "gelu"
+
+
 def _ln_stage(inputs, attrs, shape):
     b = inputs[2] if len(inputs) > 2 else None
-    act = None
-    if "approximate" in attrs:    # LayerNormGelu
-        act = "gelu_tanh" if attrs["approximate"] == "tanh" else "gelu"
-    return norms.layernorm_stage(shape, inputs[1], b, attrs["axis"], attrs["epsilon"], act)
+    return norms.layernorm_stage(shape, inputs[1], b, attrs["axis"], attrs["epsilon"], _gelu(attrs))
 
 
 def _gn_stage(inputs, attrs, shape):
@@ -155,8 +159,7 @@ def _layernorm(inputs, attrs, tiling=None):
 def _layernorm_gelu(inputs, attrs, tiling=None):
     """LayerNorm + GELU (erf or tanh) in one pass."""
     b = inputs[2] if len(inputs) > 2 else None
-    act = "gelu_tanh" if attrs["approximate"] == "tanh" else "gelu"
-    return [norms.layernorm(inputs[0], inputs[1], b, attrs["axis"], attrs["epsilon"], act)]
+    return [norms.layernorm(inputs[0], inputs[1], b, attrs["axis"], attrs["epsilon"], _gelu(attrs))]
 
 
 @register_kernel("GroupNormalization", T, dtypes=FP32, name="neon.groupnorm", priority=10,
