@@ -192,9 +192,14 @@ def lower(model, board, *, mode: str = "auto", targets=None, shapes=None, plan: 
         whole = table.whole_model(src.model, out)
         if whole is not None and not whole[0] < whole[1] * MARGIN and promoted:
             # first without the region-only nodes: the nodes that win alone may still win
-            return lower(model, board, mode=mode, targets=targets, shapes=shapes, plan=plan,
-                         budget=budget, cache=cache, measured=measured, measure=measure,
-                         exclude=exclude, table=table, regions=False, threads=threads)
+            again = lower(model, board, mode=mode, targets=targets, shapes=shapes, plan=plan,
+                          budget=budget, cache=cache, measured=measured, measure=measure,
+                          exclude=exclude, table=table, regions=False, threads=threads)
+            _say_regions_lost(again, [p.node for p in lw.lowered if " in a region of " in p.reason],
+                              f"a region with it won as measured, but the whole package measured "
+                              f"{whole[0] * 1e3:.3f} ms vs ORT {whole[1] * 1e3:.3f} ms on "
+                              f"{_where(ctx)}, so regions are off")
+            return again
         if whole is not None and not whole[0] < whole[1] * MARGIN:
             said = (f"whole model measured on {_where(ctx)}: package {whole[0] * 1e3:.3f} ms vs "
                     f"ORT {whole[1] * 1e3:.3f} ms, so no node is lowered")
@@ -204,3 +209,13 @@ def lower(model, board, *, mode: str = "auto", targets=None, shapes=None, plan: 
                          exclude={**dict(exclude or {}), **kept}, table=table, regions=False,
                          threads=threads)
     return lw
+
+
+def _say_regions_lost(lw: Lowering, names, why: str) -> None:
+    """Append ``why`` to the rows of ``lw`` kept in ONNX Runtime that a dropped region held:
+    the nodes ``names`` or the original nodes unfused from them."""
+    marks = {f"{n!r} (" for n in names}
+    for p in lw.placements:
+        if p.target is None and (p.node in names or (
+                p.reason.startswith("unfused from ") and any(m in p.reason for m in marks))):
+            p.reason += f"; {why}"

@@ -138,14 +138,18 @@ def promote_regions(first, ctx) -> int:
                 said = (f"in a region of {len(members)} nodes measured on {_where(ctx)}: "
                         f"kernels {_ms(sum(r.alone for r in members))} + one crossing "
                         f"{_ms(max(r.crossing for r in members))} vs ORT {_ms(ort_s)}")
-            if cost < ort_s * MARGIN:
-                for k, (n, q) in enumerate(first):
-                    r = info.get(q.node) if q is not None else None
-                    if r is not None and r.candidate and q.node in run:
-                        r.p.reason = f"{r.p.kernel} {said} (alone {_ms(r.ours)} vs {_ms(r.theirs)})"
-                        r.p.measured_s, r.p.measured_peer_s = r.ours, r.theirs
-                        first[k] = (n, r.p)
-                        promoted += 1
+            won = cost < ort_s * MARGIN
+            for k, (n, q) in enumerate(first):
+                r = info.get(q.node) if q is not None else None
+                if r is None or not r.candidate or q.node not in run:
+                    continue
+                if won:
+                    r.p.reason = f"{r.p.kernel} {said} (alone {_ms(r.ours)} vs {_ms(r.theirs)})"
+                    r.p.measured_s, r.p.measured_peer_s = r.ours, r.theirs
+                    first[k] = (n, r.p)
+                    promoted += 1
+                else:       # say why the region did not help either
+                    q.reason += f"; {said}, not {1 - MARGIN:.0%} faster"
         run.clear()
 
     for n, q in first:
