@@ -42,6 +42,7 @@ INPLACE_OPS = {"Relu", "Sigmoid", "Tanh", "Gelu", "Erf", "Clip", "LeakyRelu", "H
                "QuantizeLinear", "DequantizeLinear"}
 MODELS = ("tiled", "stream", "view")
 COPY_TRACK = "copy host<->device"
+BRIDGE_TRACK = "copy bridge"
 _RATE_DTYPES = ("fp32", "fp16", "int8")
 
 
@@ -63,7 +64,7 @@ class NodeCost:
     dtype: str | None = None
     note: str = ""
     cached: bool = False
-    copy_s: float = 0.0         # host<->device copies included in latency_s (Jetson bridge)
+    copy_s: float = 0.0         # bridge copies included in latency_s (see bridge_copies)
     copy_bytes: int = 0
 
 
@@ -91,13 +92,56 @@ def stream_cost(hw, name: str, in_bytes: int, out_bytes: int, dtype: str | None,
                     dtype=dtype, note=note or "memory-bound estimate: bytes at the off-chip bandwidth")
 
 
-def copies_apply(board, hw) -> bool:
-    """Whether nodes on ``hw`` pay host<->device copies: the cuda target of a gpu-kind board,
-    where the ai.edgeops ops run through the ONNX Runtime Python bridge, which hands host arrays
-    (see :func:`edgeops.simulator.gpu.gemm_call`)."""
-    return (hw.target == "cuda" and getattr(board, "kind", None) == "gpu"
-            and getattr(board, "gpu", None) is not None
-            and board.gpu.host_device_bandwidth_bytes_per_s > 0)
+CPU_TARGETS = ("neon",)
+
+
+def bridge_copies(node, board, target: str | None, cast: dict | None = None) -> tuple[float, int]:
+    """(seconds, bytes) of the copies one call of ``node`` makes through the ONNX Runtime Python
+    bridge when it runs on ``target`` (:mod:`edgeops.ort.bridge`; the kernel's own time is
+    separate):
+
+    * ``cuda`` on a gpu-kind board: every input (weights too) host->device and every output
+      device->host at ``[gpu] host_device_bandwidth_bytes_per_s``.
+    * a CPU target (``neon``) on a CPU or GPU board: the bridge hands each activation input to
+      Python as a numpy copy and copies each output back into ONNX Runtime's buffer (measured on
+      the host: an ``ai.edgeops`` op returning its input costs about two of ONNX Runtime's
+      Identity copies, benchmarks/ort_boundary.py); constant inputs are held in the process
+      (:func:`edgeops.ort.prepare`) and do not cross. Each copy reads and writes its bytes at
+      the bandwidth of the innermost memory level that holds both (:func:`copy_bandwidth`).
+    * otherwise (NPU boards, whose emulator stands in for the device): nothing.
+    """
+    if target == "cuda":
+        if board.kind == "gpu" and getattr(board, "gpu", None) is not None and \
+                board.gpu.host_device_bandwidth_bytes_per_s > 0:
+            nb = node_copy_bytes(node, cast)
+            return nb / board.gpu.host_device_bandwidth_bytes_per_s, nb
+        return 0.0, 0
+    if target not in CPU_TARGETS or board.kind not in ("cpu", "gpu"):
+        return 0.0, 0
+    secs, total = 0.0, 0
+    tensors = [t for t in node.input_tensors if t is not None and not t.is_const]
+    for t in tensors + [t for t in node.output_tensors if t is not None]:
+        nb = tensor_bytes(t, cast)
+        if nb:
+            secs += 2 * nb / copy_bandwidth(board, 2 * nb)
+            total += nb
+    return secs, total
+
+
+def copy_bandwidth(board, working_set: int) -> float:
+    """Bytes per second (read + write counted) of a CPU copy whose source and destination
+    (``working_set`` bytes) sit in the innermost memory level that holds them: the bandwidth of
+    the board's cache path out of that level (the host measures these as copies, boards/host.py),
+    the off-chip path when no cache holds them (a per-core level holds one core's share)."""
+    levels = sorted((m for m in board.memories if not m.offchip), key=lambda m: m.size_bytes)
+    by_src = {p.src: p.bandwidth_bytes_per_s for p in board.paths if p.engine == "cache"}
+    for m in levels:
+        if m.size_bytes >= working_set and m.name in by_src:
+            return by_src[m.name]
+    off = board.offchip
+    if off.name in by_src:
+        return by_src[off.name]
+    return min(p.bandwidth_bytes_per_s for p in board.paths)
 
 
 def node_copy_bytes(node, cast: dict | None = None) -> int:
@@ -107,14 +151,13 @@ def node_copy_bytes(node, cast: dict | None = None) -> int:
     return ins + sum(tensor_bytes(t, cast) for t in node.output_tensors if t is not None)
 
 
-def with_copies(c: NodeCost, nbytes: int, bandwidth: float) -> NodeCost:
-    """``c`` with ``nbytes`` of host<->device copies at ``bandwidth`` added to its latency (and
-    a ``copy host<->device`` busy track); ``copy_s``/``copy_bytes`` record them."""
+def with_copies(c: NodeCost, nbytes: int, cs: float, track: str = COPY_TRACK) -> NodeCost:
+    """``c`` with ``nbytes`` of bridge copies taking ``cs`` seconds added to its latency (and a
+    ``track`` busy track); ``copy_s``/``copy_bytes`` record them."""
     from dataclasses import replace
-    cs = nbytes / bandwidth if nbytes > 0 else 0.0
     busy = dict(c.busy_s)
     if cs > 0:
-        busy[COPY_TRACK] = busy.get(COPY_TRACK, 0.0) + cs
+        busy[track] = busy.get(track, 0.0) + cs
     return replace(c, latency_s=c.latency_s + cs, busy_s=busy, copy_s=c.copy_s + cs,
                    copy_bytes=c.copy_bytes + int(nbytes))
 
@@ -261,22 +304,24 @@ def simulate_graph(graph, board, costs: dict[str, NodeCost], *, target: str | No
     """Simulate ``graph`` on ``board``: ``costs`` gives the tiled nodes (node name ->
     :class:`NodeCost`); every other node gets :func:`untiled_cost`. ``cast`` maps the model's
     dtypes to the ones the board runs (sizes of stream nodes and of activations follow it).
-    ``peer``: add ONNX Runtime's predicted latency per node (CPU/GPU boards). ``copies``: on the
-    cuda target of a gpu-kind board (:func:`copies_apply`) every node with a kernel also pays
-    (input + output bytes) / ``[gpu] host_device_bandwidth_bytes_per_s`` of host<->device copies
-    (the row's ``copy_s``, included in its ``latency_s``)."""
+    ``peer``: add ONNX Runtime's predicted latency per node (CPU/GPU boards). ``copies``: every
+    node with a kernel also pays the copies of its call through ONNX Runtime's Python bridge
+    (:func:`bridge_copies`: host<->device on the cuda target of a gpu-kind board, activations in
+    and out on a CPU target; the row's ``copy_s``, included in its ``latency_s``)."""
     from edgeops import boards
     from edgeops.simulator.hardware import from_board
     board = boards.load(board)
     hw = from_board(board, target)
     cast = dict(cast or {})
-    copy_bw = board.gpu.host_device_bandwidth_bytes_per_s if copies and copies_apply(board, hw) else 0.0
+    track = COPY_TRACK if hw.target == "cuda" else BRIDGE_TRACK
     rows, t = [], 0.0
     all_costs: dict[str, NodeCost] = {}
     for n in graph.nodes:
         c = costs.get(n.name) or untiled_cost(n, hw, cast)
-        if copy_bw and c.model != "view":
-            c = with_copies(c, node_copy_bytes(n, cast), copy_bw)
+        if copies and c.model != "view":
+            cs, nb = bridge_copies(n, board, hw.target, cast)
+            if nb:
+                c = with_copies(c, nb, cs, track)
         all_costs[n.name] = c
         rows.append(_row(n.name, op_name(n), c, t, hw.launch_s))
         t += c.latency_s

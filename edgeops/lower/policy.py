@@ -30,6 +30,11 @@ def place(n, ctx, fused=()) -> Placement:
         return stay(why)
     tiling, pred, why_plan = _plan(n, k, precision, ctx)
     lat = pred.latency_s if pred else None
+    copies = 0.0
+    if lat is not None:     # what the kernel pays to cross ONNX Runtime's Python bridge
+        from edgeops.simulator.graph import bridge_copies
+        copies = bridge_copies(n, ctx.board, k.target)[0]
+        lat += copies
     sig = _signature(n)
     p = Placement(n.name, op, k.target, k.name, why, lat, pred.bound if pred else None, peer,
                   tiling.to_json() if tiling is not None and _accepts_tiling(k, tiling) is True
@@ -61,10 +66,11 @@ def place(n, ctx, fused=()) -> Placement:
                 # or a chain stage, which costs less inside a chain than alone (one fused pass)
                 regional[n.name] = Regional(p, alone, ours, theirs, candidate=True)
             return q
+        incl = f" (incl. {_us(copies)} of bridge copies)" if copies else ""
         if ours is not None and theirs is not None and ours < theirs:
-            p.reason = f"{k.name} {src} faster: {_us(ours)} vs ONNX Runtime {_us(theirs)}"
+            p.reason = f"{k.name} {src} faster: {_us(ours)}{incl} vs ONNX Runtime {_us(theirs)}"
             return p
-        q = stay(f"ONNX Runtime {src} faster: {_us(theirs)} vs {k.name} {_us(ours)}"
+        q = stay(f"ONNX Runtime {src} faster: {_us(theirs)} vs {k.name} {_us(ours)}{incl}"
                  if ours is not None and theirs is not None else
                  f"{k.name} has no prediction to compare with ONNX Runtime "
                  f"({why_plan or 'no peer model'}); the original node stays",
