@@ -10,8 +10,9 @@ disk (``cache=True``), and importing this package compiles nothing.
 Modules are imported explicitly (no directory scan); ``register`` puts every kernel in
 ``edgeops.registry`` under target "neon".
 """
-from edgeops.targets.neon import _cache
+from edgeops.targets.neon import _cache, _isa
 
+_isa.apply()           # vector width (AVX-512 hosts), before Numba builds its code generator
 _cache.ensure_fresh()  # before any kernel module loads a possibly stale cache entry
 
 from edgeops.targets.neon import (  # noqa: F401,E402
