@@ -88,6 +88,13 @@ def test_table_file_is_per_machine_and_versions(monkeypatch):
     other = {**measure.machine(), "onnxruntime": "0.0.0"}
     monkeypatch.setattr(measure, "_machine", lambda: json.dumps(other, sort_keys=True))
     assert measure.cache_path(host) != here
+    # the kernels' code and vector width are part of what the figures are valid for
+    from edgeops.targets.neon import _cache
+    keys = {}
+    for bits in ("256", "512"):
+        monkeypatch.setenv("EDGEOPS_VECTOR_BITS", bits)
+        keys[bits] = measure.machine_uncached()["neon"]
+    assert keys["256"] != keys["512"] and all(_cache.sources_hash()[:16] in k for k in keys.values())
 
 
 def test_tune_measure_table_fills_the_file_the_policy_reads(monkeypatch):

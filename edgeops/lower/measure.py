@@ -9,7 +9,7 @@ both alike. Like TensorRT's timing cache, an entry is keyed by what was timed: k
 op's exact signature (op, shapes, attributes — the shape class is the exact shape; a model with
 other shapes is measured again), and the file by what makes the figures valid: the machine
 (``edgeops.boards.host`` fingerprint: arch, CPU model, cores), edgeops, ONNX Runtime and Numba
-versions. It lives in ``<edgeops cache>/kernels/host-<key>.json`` (``$EDGEOPS_CACHE_DIR``, else
+versions, and the neon kernels' sources and vector width (``EDGEOPS_VECTOR_BITS``). It lives in ``<edgeops cache>/kernels/host-<key>.json`` (``$EDGEOPS_CACHE_DIR``, else
 ``~/.cache/edgeops``), is filled at the first ``edgeops compile --board host`` that meets a node
 (or ahead of time by ``edgeops tune MODEL --board host --measure-table``), and is read by the
 lowering policy, whose placement reason then says "measured on host: x ms vs ORT y ms".
@@ -73,8 +73,13 @@ def machine_uncached() -> dict:
         nb = numba.__version__
     except ImportError:
         nb = None
+    try:    # the kernels' own code and vector width: a table of other code would mislead
+        from edgeops.targets.neon import _cache, _isa
+        kernels = f"{_cache.sources_hash()[:16]}|{_isa.requested()}"
+    except Exception:  # noqa: BLE001  (no neon target importable: nothing of it is measured)
+        kernels = None
     return {"fingerprint": fp, "edgeops": __version__, "onnxruntime": onnxruntime.__version__,
-            "numba": nb}
+            "numba": nb, "neon": kernels}
 
 
 def _cache_root() -> Path:
