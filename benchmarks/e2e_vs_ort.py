@@ -50,6 +50,7 @@ TARGET_RATIO = 1.0
 # that lowered nothing IS ONNX Runtime's session, so a ratio within it is parity, not a loss
 NOISE = 0.03
 ROUNDS = 5      # fresh sessions per side (see run_model)
+SETTLE_S = 0.05  # idle before each session's block (see time_sessions)
 
 
 def within_noise(t: dict) -> bool:
@@ -114,11 +115,14 @@ def ort_session(model: onnx.ModelProto, threads: int):
 
 
 def time_sessions(sessions, feeds, runs: int, warmup: int, blocks: int = 10,
-                  budget_s: float = 1.5, raw: bool = False) -> list:
+                  budget_s: float = 1.5, raw: bool = False, settle_s: float = SETTLE_S) -> list:
     """Median seconds of each session's run, in blocks that rotate which goes first. Not run for
     run: ONNX Runtime's intra-op threads spin for a while after a run, so on few cores the session
     that runs right after another competes with its spinners; within a block each runs back to
-    back, as in a serving loop. At least ``runs`` runs each, more for fast models up to about
+    back, as in a serving loop, and before its block ``settle_s`` passes idle so that the other
+    sessions' spinning threads have parked (without it, three squeezenet sessions at 2 threads
+    rotating in blocks of ten runs each took 6.1-9.5 ms a run here; with 20 ms, 3.3-4.2 ms; one
+    session alone, 2.9 ms). At least ``runs`` runs each, more for fast models up to about
     ``budget_s`` each. ``raw``: every run's seconds instead of the medians."""
     for _ in range(warmup):
         for s_ in sessions:
@@ -132,6 +136,8 @@ def time_sessions(sessions, feeds, runs: int, warmup: int, blocks: int = 10,
     for i in range(blocks):
         for j in range(k):
             sess, ts = sessions[(i + j) % k], times[(i + j) % k]
+            if settle_s:
+                time.sleep(settle_s)
             sess.run(None, feeds)            # warm after the other side ran
             for _ in range(per):
                 t = time.perf_counter()
@@ -168,7 +174,8 @@ def run_model(name: str, threads_list, runs: int, warmup: int, workdir: str,
         for r in range(rounds):
             sess = [e if r == 0 else pkg.session(), ort_session(model, th), ort_session(model, th)]
             for acc, ts in zip(samples, time_sessions(sess, feeds, max(1, runs // rounds), warmup,
-                                                      budget_s=budget_s / rounds, raw=True)):
+                                                      budget_s=budget_s / rounds, raw=True,
+                                                      settle_s=SETTLE_S if budget_s else 0.0)):
                 acc += ts
             del sess
         t_e, t_o, t_o2 = (statistics.median(x) for x in samples)
