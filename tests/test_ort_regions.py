@@ -190,7 +190,7 @@ def test_consecutive_norms_run_as_one_pass(rng, monkeypatch, make, shape):
     feeds = {"x": (rng.standard_normal(shape) * 3).astype(np.float32)}
     got = dict(zip([o.name for o in s.get_outputs()], s.run(None, feeds)))
     eort.raise_errors()
-    assert calls == [4]
+    assert calls == [4] and region.chain_errors == {}, region.chain_errors
     _close(got, _ort(m, feeds))
     per_node = _run(lw.model, feeds, regions=False)
     for k in got:
@@ -218,7 +218,7 @@ def test_a_chain_after_a_side_output_and_its_failure_fall_back_to_nodes(rng, mon
     got = dict(zip([o.name for o in s.get_outputs()], s.run(None, feeds)))
     eort.raise_errors()
     _close(got, _ort(m, feeds))
-    assert region.chains == {}
+    assert region.chains == {} and region.chain_errors == {2: "EdgeOpsError: no"}
 
 
 def test_a_chained_region_serves_sessions_on_several_threads(rng):

@@ -202,6 +202,7 @@ class _Region:
         self.outputs = tuple(slot[o] for o in d["outputs"])
         self.chains = _chains(steps, entries)     # {first step: (end step, entries)}
         self._made: dict = {}                     # (first step, X shape) -> a chain's pass
+        self.chain_errors: dict = {}              # first step -> why its chain was dropped
 
     def __call__(self, inputs):
         if self.threads is not None:     # once for the region, not once per inner node
@@ -258,7 +259,8 @@ class _Region:
                 if held:     # parameters are the held, read-only constants: the same every call
                     self._made[key] = run
             ys = run(x)
-        except Exception:  # noqa: BLE001  (node by node instead: each node's own rules apply)
+        except Exception as e:  # noqa: BLE001  (node by node instead: each node's own rules apply)
+            self.chain_errors[i] = f"{type(e).__name__}: {e}"
             self.chains.pop(i, None)
             return 0
         for (_n, _f, _s, _r, outs), y in zip(steps, ys):
