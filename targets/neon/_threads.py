@@ -74,11 +74,23 @@ def at_most(n: int):
     if before <= n:
         yield
         return
-    numba.set_num_threads(n)  # thread-local in Numba: other threads' calls are unaffected
+    _set(n)  # thread-local in Numba: other threads' calls are unaffected
     try:
         yield
     finally:
-        numba.set_num_threads(before)
+        _set(before)
+
+
+def _set(n: int) -> None:
+    """``numba.set_num_threads(n)`` for a count already known valid (1 <= n <= the pool's size,
+    as :func:`at_most` only lowers it or puts it back), without the public function's pool check
+    and validation once the pool is up (as :func:`num_threads` reads it)."""
+    fast = getattr(_par, "_set_num_threads", None) if getattr(_par, "_is_initialized", False) \
+        else None
+    if fast is None:
+        numba.set_num_threads(n)
+    else:
+        fast(n)
 
 
 @contextmanager

@@ -125,7 +125,33 @@ KC_MIN = 32
 _REGISTER_LEVELS = ("reg", "regs", "register", "registers")
 
 
+# from_tiling per frozen tiling object: a package node hands its kernel the same Tiling on every
+# call, and reading it (levels, dims, the label) took ~60 us a call in Python here, more than the
+# GEMM of a small 1x1 conv. Keyed by identity, the object kept alive beside its result (so its id
+# cannot be reused); cleared whole when full.
+_MEMO: dict[int, tuple] = {}
+_MEMO_MAX = 4096
+
+
 def from_tiling(tiling: Any, board: Any = "host") -> Blocking:
+    """The blocking for a kernel call (see :func:`_from_tiling`); the answer for a frozen
+    (immutable) tiling object is remembered per object and board."""
+    if tiling is None or isinstance(tiling, Blocking):
+        return _from_tiling(tiling, board)
+    params = getattr(type(tiling), "__dataclass_params__", None)
+    if params is None or not params.frozen or not isinstance(board, str):
+        return _from_tiling(tiling, board)
+    hit = _MEMO.get(id(tiling))
+    if hit is not None and hit[0] is tiling and hit[1] == board:
+        return hit[2]
+    b = _from_tiling(tiling, board)
+    if len(_MEMO) >= _MEMO_MAX:
+        _MEMO.clear()
+    _MEMO[id(tiling)] = (tiling, board, b)
+    return b
+
+
+def _from_tiling(tiling: Any, board: Any = "host") -> Blocking:
     """The blocking for a kernel call: ``None`` -> board default; a ``Blocking``; a mapping or
     object with ``mc``/``nc``/``kc``; or a planner ``edgeops.tiling.Tiling``.
 

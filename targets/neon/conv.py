@@ -69,8 +69,31 @@ class ConvGeom:
         return self.group == self.c and self.group > 1 and self.k % self.c == 0
 
 
+# geom_from_attrs per (shapes, attributes): a package node asks for the same geometry on every
+# call, and the op definition's window rules cost ~10-20 us of Python a call here (a sixth of a
+# small 1x1 conv). ConvGeom is frozen, so one instance can serve every caller.
+_GEOMS: dict = {}
+_GEOMS_MAX = 4096
+
+
 def geom_from_attrs(x_shape, w_shape, attrs) -> ConvGeom:
-    """ConvGeom from ONNX Conv/ConvBnAct attributes via the op definition's geometry rules."""
+    """ConvGeom from ONNX Conv/ConvBnAct attributes via the op definition's geometry rules
+    (remembered per shapes and attribute values)."""
+    try:
+        key = (tuple(x_shape), tuple(w_shape), tuple(sorted(
+            (k, tuple(v) if isinstance(v, list) else v) for k, v in attrs.items())))
+        hit = _GEOMS.get(key)
+    except TypeError:       # an unhashable attribute value: work it out every time
+        return _geom_from_attrs(x_shape, w_shape, attrs)
+    if hit is None:
+        hit = _geom_from_attrs(x_shape, w_shape, attrs)
+        if len(_GEOMS) >= _GEOMS_MAX:
+            _GEOMS.clear()
+        _GEOMS[key] = hit
+    return hit
+
+
+def _geom_from_attrs(x_shape, w_shape, attrs) -> ConvGeom:
     from edgeops.ops.conv import Conv
     if len(x_shape) != 4 or len(w_shape) != 4:
         raise EdgeOpsError(f"neon conv: only 2-D convolutions (4-D X and W) are implemented, got "

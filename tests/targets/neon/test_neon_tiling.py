@@ -75,6 +75,37 @@ def test_conv_tiling_sets_the_im2col_gemm_blocking(rng, used_blockings):
     np.testing.assert_allclose(ys[0], ys[1], rtol=1e-4, atol=1e-4)
 
 
+def test_readings_are_remembered_only_for_immutable_tilings():
+    """A package node hands the same frozen Tiling every call: read once; an equal tiling made
+    again reads the same numbers; a mapping (mutable) is read again each call."""
+    from edgeops.targets.neon import blocking
+    a = _gemm_tiling(dict(m=64, n=3 * NR, k=96), dict(m=2 * MR, n=NR, k=50))
+    first = from_tiling(a)
+    assert from_tiling(a) is first                       # remembered for this object
+    again = _gemm_tiling(dict(m=64, n=3 * NR, k=96), dict(m=2 * MR, n=NR, k=50))
+    assert again is not a and from_tiling(again).as_args() == first.as_args()
+    other = _gemm_tiling(dict(m=64, n=3 * NR, k=96), dict(m=2 * MR, n=NR, k=70))
+    assert from_tiling(other).kc == 70 and first.kc == 50
+    m = {"mc": MR, "nc": NR, "kc": 64}
+    assert from_tiling(m).kc == 64
+    m["kc"] = 96
+    assert from_tiling(m).kc == 96
+    assert all(v[0] is not m for v in blocking._MEMO.values())
+
+
+def test_conv_geometry_follows_its_attributes_and_shapes():
+    """The geometry is remembered per shapes and attribute values: other pads, strides or a
+    list attribute changed in place give the other geometry."""
+    attrs = {"pads": [1, 1, 1, 1], "strides": [1, 1]}
+    g1 = geom_from_attrs((1, 4, 9, 7), (8, 4, 3, 3), attrs)
+    assert (g1.oh, g1.ow) == (9, 7) and geom_from_attrs((1, 4, 9, 7), (8, 4, 3, 3), attrs) is g1
+    attrs["strides"][0] = 2
+    g2 = geom_from_attrs((1, 4, 9, 7), (8, 4, 3, 3), attrs)
+    assert (g2.oh, g2.ow, g2.sh) == (5, 7, 2)
+    g3 = geom_from_attrs((1, 4, 11, 7), (8, 4, 3, 3), {"pads": [0, 0, 0, 0]})
+    assert (g3.oh, g3.ow, g3.ph) == (9, 5, 0)
+
+
 def test_degenerate_planner_blocks_are_raised_to_whole_micro_tiles():
     t = _gemm_tiling(dict(m=1, n=1, k=1), dict(m=1, n=1, k=2))
     assert from_tiling(t).as_args() == (MR, NR, KC_MIN)
