@@ -195,7 +195,9 @@ def lower(model, board, *, mode: str = "auto", targets=None, shapes=None, plan: 
             again = lower(model, board, mode=mode, targets=targets, shapes=shapes, plan=plan,
                           budget=budget, cache=cache, measured=measured, measure=measure,
                           exclude=exclude, table=table, regions=False, threads=threads)
-            _say_regions_lost(again, [p.node for p in lw.lowered if " in a region of " in p.reason],
+            held = {q for p in lw.lowered if " in a region of " in p.reason
+                    for q in (p.node, *p.fused)}     # fused rows come back as their originals
+            _say_regions_lost(again, held,
                               f"a region with it won as measured, but the whole package measured "
                               f"{whole[0] * 1e3:.3f} ms vs ORT {whole[1] * 1e3:.3f} ms on "
                               f"{_where(ctx)}, so regions are off")
@@ -211,11 +213,9 @@ def lower(model, board, *, mode: str = "auto", targets=None, shapes=None, plan: 
     return lw
 
 
-def _say_regions_lost(lw: Lowering, names, why: str) -> None:
-    """Append ``why`` to the rows of ``lw`` kept in ONNX Runtime that a dropped region held:
-    the nodes ``names`` or the original nodes unfused from them."""
-    marks = {f"{n!r} (" for n in names}
+def _say_regions_lost(lw: Lowering, names: set, why: str) -> None:
+    """Append ``why`` to the rows of ``lw`` kept in ONNX Runtime that a dropped region held
+    (``names``: its nodes and the original nodes fused into them)."""
     for p in lw.placements:
-        if p.target is None and (p.node in names or (
-                p.reason.startswith("unfused from ") and any(m in p.reason for m in marks))):
+        if p.target is None and p.node in names:
             p.reason += f"; {why}"
