@@ -18,7 +18,8 @@ benchmarks/sim_vs_host.py), and two memory-bound chains built here:
 ``chain_gn_silu`` (1x64x56x56, GroupNormalization(32 groups) + SiLU as Sigmoid*x, x4) and
 ``chain_ln_gelu`` (1x128x768, LayerNormalization + Gelu, x4).
 
-    python benchmarks/e2e_vs_ort.py [--models ...] [--threads 1 N] [--runs 20] [--json] [--quick]
+    python benchmarks/e2e_vs_ort.py [--models ...] [--threads 1 N] [--runs 20]
+        [--omp-wait passive|spin] [--json] [--quick]
 """
 from __future__ import annotations
 
@@ -38,8 +39,9 @@ from onnx import TensorProto, helper, numpy_helper
 
 # what edgeops.ort.register sets for a package's process; here before anything can start OpenMP,
 # else its workers spin against ONNX Runtime's threads
-from edgeops.ort import configure_openmp  # noqa: E402
+from edgeops.ort import configure_openmp, use_wait_policy  # noqa: E402
 configure_openmp()
+from edgeops.lower.measure import settle  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from sim_vs_host import test_model as _zoo_model  # noqa: E402  (sample + light models)
 
@@ -50,7 +52,7 @@ TARGET_RATIO = 1.0
 # that lowered nothing IS ONNX Runtime's session, so a ratio within it is parity, not a loss
 NOISE = 0.03
 ROUNDS = 5      # fresh sessions per side (see run_model)
-SETTLE_S = 0.05  # idle before each session's block (see time_sessions)
+SETTLE_S = 0.1   # the most to wait before each session's block for spinners to park (time_sessions)
 
 
 def faster(t: dict) -> bool:
@@ -126,11 +128,12 @@ def time_sessions(sessions, feeds, runs: int, warmup: int, blocks: int = 10,
     """Median seconds of each session's run, in blocks that rotate which goes first. Not run for
     run: ONNX Runtime's intra-op threads spin for a while after a run, so on few cores the session
     that runs right after another competes with its spinners; within a block each runs back to
-    back, as in a serving loop, and before its block ``settle_s`` passes idle so that the other
-    sessions' spinning threads have parked (without it, three squeezenet sessions at 2 threads
-    rotating in blocks of ten runs each took 6.1-9.5 ms a run here; with 20 ms, 3.3-4.2 ms; one
-    session alone, 2.9 ms). At least ``runs`` runs each, more for fast models up to about
-    ``budget_s`` each. ``raw``: every run's seconds instead of the medians."""
+    back, as in a serving loop, and before its block the other sessions' spinning threads are let
+    park, for at most ``settle_s`` (edgeops.lower.measure.settle; without it, three squeezenet
+    sessions at 2 threads rotating in blocks of ten runs each took 6.1-9.5 ms a run here; with
+    20 ms idle, 3.3-4.2 ms; one session alone, 2.9 ms). At least ``runs`` runs each, more for
+    fast models up to about ``budget_s`` each. ``raw``: every run's seconds instead of the
+    medians."""
     for _ in range(warmup):
         for s_ in sessions:
             s_.run(None, feeds)
@@ -144,7 +147,7 @@ def time_sessions(sessions, feeds, runs: int, warmup: int, blocks: int = 10,
         for j in range(k):
             sess, ts = sessions[(i + j) % k], times[(i + j) % k]
             if settle_s:
-                time.sleep(settle_s)
+                settle(settle_s)
             sess.run(None, feeds)            # warm after the other side ran
             for _ in range(per):
                 t = time.perf_counter()
@@ -206,10 +209,14 @@ def main(argv=None) -> int:
                     help="thread counts (default: 1 and every core this process may use)")
     ap.add_argument("--runs", type=int, default=20, help="at least this many runs a side")
     ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--omp-wait", choices=("passive", "spin"), default=None,
+                    help="OpenMP wait policy of this process, so of every package it compiles "
+                         "(edgeops compile --omp-wait; default passive)")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--quick", action="store_true",
                     help="sample + a 2-layer small GN+SiLU chain, 1 thread, 3 runs (smoke test)")
     a = ap.parse_args(argv)
+    policy = use_wait_policy(a.omp_wait, "--omp-wait")     # nothing has started OpenMP yet
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     threads = a.threads or ([1] if a.quick else sorted({1, cores}))
     runs, warmup = (3, 1) if a.quick else (a.runs, a.warmup)
@@ -233,13 +240,15 @@ def main(argv=None) -> int:
                "memory_bound_faster": (all(faster(t) for t in mb) if mb else None),
                "memory_bound_not_faster": slow}
     doc = {"board": "host", "onnxruntime": ort.__version__, "runs": runs, "threads": threads,
+           "omp_wait": policy,
            "models": results, "summary": summary}
     if a.json:
         json.dump(doc, sys.stdout, indent=2)
         print()
         return 0
     print(f"edgeops package (host, --lower auto) vs ONNX Runtime {ort.__version__} "
-          f"(ORT_ENABLE_ALL) on the original model; median of {runs} interleaved runs")
+          f"(ORT_ENABLE_ALL) on the original model; median of {runs} interleaved runs; "
+          f"OpenMP wait policy {policy}")
     hdr = f"{'model':<15}{'nodes':>6}{'thr':>5}{'lowered':>9}{'ORT ms':>10}{'edgeops ms':>12}" \
           f"{'ORT/edgeops':>13}{'A/A':>8}{'rel err':>10}"
     print(hdr)

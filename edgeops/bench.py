@@ -116,6 +116,7 @@ def profile_nodes(p, feeds: dict, runs: int = 3) -> dict:
         so = ort.SessionOptions()
         so.enable_profiling = True
         so.profile_file_prefix = str(Path(d) / "edgeops-bench")
+        p.apply_wait_policy()
         sess = session(p.model_path, target="reference", threads=p.manifest["runtime"]["threads"],
                        session_options=so)
         names = [o.name for o in sess.get_outputs()]

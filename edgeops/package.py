@@ -70,7 +70,31 @@ class Package:
         from edgeops.ort import session
         rt = self.manifest["runtime"]
         t = threads if threads is not None else rt["threads"]
+        self.apply_wait_policy()
         return session(self.model_path, target="reference", threads=t, fallback=rt.get("fallback"))
+
+    def apply_wait_policy(self) -> str:
+        """Run this process's OpenMP with the wait policy the package was measured with
+        (``runtime.omp_wait_policy``) when nothing started OpenMP yet; else, if it differs, warn
+        once: the package runs correctly, but not at the speed its lowering measured. Returns
+        the policy the process runs with."""
+        from edgeops.ort import OrtIntegrationError, WAIT_POLICIES, use_wait_policy, wait_policy
+        want = str(self.manifest["runtime"].get("omp_wait_policy", "")).lower()
+        if want not in WAIT_POLICIES:     # the user's own setting at compile time: keep theirs
+            return use_wait_policy(None, "")
+        try:
+            return use_wait_policy(want, f"package {self.path}")
+        except OrtIntegrationError as e:
+            if (want, wait_policy()) not in _warned_policies:
+                _warned_policies.add((want, wait_policy()))
+                import warnings
+                from edgeops.errors import EdgeOpsWarning
+                warnings.warn(EdgeOpsWarning(f"{e}. It runs, at other speeds than its lowering "
+                                             "measured"), stacklevel=3)
+            return wait_policy()
+
+
+_warned_policies: set = set()
 
 
 # ---- running and comparing -----------------------------------------------------------------
@@ -145,14 +169,17 @@ def timed_runs(sess, feeds: dict, runs: int = 5) -> tuple[dict, list[float]]:
 # ---- writing -------------------------------------------------------------------------------
 
 def write(lowering, out, *, force: bool = False, seed: int = 0, verify: bool = True,
-          threads: int | None = None, source: str | None = None) -> Package:
+          threads: int | None = None, source: str | None = None,
+          omp_wait: str | None = None) -> Package:
     """Write the package of ``lowering`` (an ``edgeops.lower.Lowering``) to directory ``out``.
 
     Reference outputs come from ONNX Runtime on the original model with seeded random inputs.
     ``verify``: also run the lowered model here and record its error (a kernel that fails
     raises before anything is written). ``force``: replace an existing package (never a
-    directory that is not one)."""
+    directory that is not one). ``omp_wait``: the OpenMP wait policy to name in the manifest
+    (default: this process's, which measured the lowering; edgeops.ort.wait_policy)."""
     from edgeops import __version__
+    from edgeops.ort import wait_policy
     out = Path(out)
     _check_destination(out, force)
     src, model = lowering.source, lowering.model
@@ -170,7 +197,7 @@ def write(lowering, out, *, force: bool = False, seed: int = 0, verify: bool = T
         verified = {"outputs": errs, "max_rel": worst, "ok": worst <= rtol}
     blobs = {MODEL: _serialise(model), REFERENCE: _npz(feeds, expected)}
     doc = _manifest(lowering, feeds, expected, blobs, seed, rtol, verified, threads, source,
-                    __version__)
+                    __version__, omp_wait or wait_policy())
     _install(out, blobs, doc)
     return load(out, check_kernels=False)
 
@@ -219,7 +246,8 @@ def _io(model) -> tuple[list, list]:
             [spec(o) for o in model.graph.output])
 
 
-def _manifest(lowering, feeds, expected, blobs, seed, rtol, verified, threads, source, version):
+def _manifest(lowering, feeds, expected, blobs, seed, rtol, verified, threads, source, version,
+              omp_wait):
     import onnxruntime
     lw = lowering.to_dict()
     ins, outs = _io(lowering.model)
@@ -241,7 +269,7 @@ def _manifest(lowering, feeds, expected, blobs, seed, rtol, verified, threads, s
                       "how": "sum of per-node predictions: the edgeops kernel's simulated "
                              "latency, or ONNX Runtime's (edgeops.simulator.peer); no overlap"},
         "runtime": {"threads": threads, "execution_mode": "sequential",
-                    "ort_allow_spinning": False, "omp_wait_policy": "PASSIVE",
+                    "ort_allow_spinning": False, "omp_wait_policy": omp_wait,
                     "regions": "consecutive ai.edgeops nodes run as one "
                     "ONNX Runtime node (one bridge crossing; edgeops.ort.regions)",
                     "onnxruntime_compiled_with": onnxruntime.__version__,

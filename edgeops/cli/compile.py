@@ -34,6 +34,12 @@ def add(sub):
                    help="concrete sizes for inputs with symbolic dims (repeatable)")
     p.add_argument("--seed", type=int, default=0, help="seed of the reference inputs")
     p.add_argument("--threads", type=int, help="ONNX Runtime threads the package asks for")
+    p.add_argument("--omp-wait", choices=("passive", "spin"), default=None,
+                   help="how the kernels' OpenMP workers wait between parallel regions, measured "
+                        "with and named in the manifest: passive (default; nothing spins against "
+                        "ONNX Runtime's threads) or spin (~0.5 ms first: faster back-to-back "
+                        "edgeops regions at 2+ threads, slower ONNX Runtime nodes right after "
+                        "them)")
     p.add_argument("--no-tune", action="store_true",
                    help="no tiling search: kernels use their default blocking and there are no "
                         "predictions (auto then keeps CPU/GPU nodes in ONNX Runtime)")
@@ -64,7 +70,8 @@ def run(args) -> int:
                         shapes=";".join(args.shapes) if args.shapes else None,
                         targets=args.targets.split(",") if args.targets else None,
                         force=args.force, verify=not args.no_verify, seed=args.seed,
-                        threads=args.threads, plan=not args.no_tune, show=show)
+                        threads=args.threads, plan=not args.no_tune, show=show,
+                        omp_wait=args.omp_wait)
     if qrep is not None:
         doc["quantization"] = {"method": qrep["method"], "end_to_end": qrep["end_to_end"]}
     if key is not None:
@@ -78,17 +85,20 @@ def run(args) -> int:
 
 def compile_model(model, board, out, *, mode: str = "auto", shapes=None, targets=None,
                   force: bool = False, verify: bool = True, seed: int = 0, threads=None,
-                  plan: bool = True, show=None) -> dict:
+                  plan: bool = True, show=None, omp_wait: str | None = None) -> dict:
     """Lower ``model`` (path, "sample", bytes or ModelProto) for ``board`` and write the
     package ``out``; ``show(doc)`` is called with the placement before the package is built.
-    Returns the ``--json`` document."""
+    ``omp_wait``: OpenMP wait policy (edgeops.ort.WAIT_POLICIES) to measure with and name in
+    the manifest; this process must not run OpenMP with another (None: the process's, passive
+    unless the environment chose). Returns the ``--json`` document."""
     from edgeops import package
     from edgeops.errors import PackageError
     from edgeops.lower import lower
-    from edgeops.ort import KernelRuntimeError
+    from edgeops.ort import KernelRuntimeError, use_wait_policy
     src, name = _source(model)
     if not force and (Path(out).exists() or Path(out).is_symlink()):   # fail before the work
         raise PackageError(f"{out} already exists; edgeops will not overwrite it (use --force)")
+    use_wait_policy(omp_wait, f"compiling with --omp-wait {omp_wait}")   # before anything measures
     exclude: dict[str, str] = {}
     for attempt in range(MAX_REPAIRS + 1):
         lw = lower(src, board, mode=mode, targets=targets, shapes=shapes, plan=plan,
@@ -98,7 +108,7 @@ def compile_model(model, board, out, *, mode: str = "auto", shapes=None, targets
             show(doc)
         try:
             pkg = package.write(lw, out, force=force, seed=seed, verify=verify, threads=threads,
-                                source=name)
+                                source=name, omp_wait=omp_wait)
             break
         except KernelRuntimeError as e:
             failed = failed_nodes(e)

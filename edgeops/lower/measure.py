@@ -9,7 +9,9 @@ both alike. Like TensorRT's timing cache, an entry is keyed by what was timed: k
 op's exact signature (op, shapes, attributes — the shape class is the exact shape; a model with
 other shapes is measured again), and the file by what makes the figures valid: the machine
 (``edgeops.boards.host`` fingerprint: arch, CPU model, cores), edgeops, ONNX Runtime and Numba
-versions, and the neon kernels' sources and vector width (``EDGEOPS_VECTOR_BITS``). It lives in ``<edgeops cache>/kernels/host-<key>.json`` (``$EDGEOPS_CACHE_DIR``, else
+versions, the neon kernels' sources and vector width (``EDGEOPS_VECTOR_BITS``), and the OpenMP
+wait policy of the measuring process (``edgeops compile --omp-wait``). It lives in
+``<edgeops cache>/kernels/host-<key>.json`` (``$EDGEOPS_CACHE_DIR``, else
 ``~/.cache/edgeops``), is filled at the first ``edgeops compile --board host`` that meets a node
 (or ahead of time by ``edgeops tune MODEL --board host --measure-table``), and is read by the
 lowering policy, whose placement reason then says "measured on host: x ms vs ORT y ms".
@@ -55,8 +57,12 @@ def _machine() -> str:
 
 
 def machine() -> dict:
-    """What the table's figures depend on, besides the kernels themselves."""
-    return json.loads(_machine())
+    """What the table's figures depend on, besides the kernels themselves; with the process's
+    OpenMP wait policy (edgeops.ort.wait_policy: whether Numba's workers are awake when a kernel
+    starts moves every multi-thread figure), read each time: it is settled only once OpenMP
+    starts."""
+    from edgeops.ort import wait_policy
+    return json.loads(_machine()) | {"omp_wait": wait_policy()}
 
 
 def machine_uncached() -> dict:
@@ -386,10 +392,54 @@ def _ort_session(m, threads: int | None = None):
     return ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
 
 
+SETTLE_TIMEOUT_S = 0.1    # ONNX Runtime's intra-op workers spin 35-45 ms after a run here
+
+
+def _runnable_threads() -> int | None:
+    """How many of this process's other threads are running or runnable (Linux), else None."""
+    me = str(os.getpid())
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        return None
+    n = 0
+    for t in tasks:
+        if t == me:
+            continue
+        try:
+            with open(f"/proc/self/task/{t}/stat") as f:
+                stat = f.read()
+        except OSError:    # the thread ended
+            continue
+        n += stat[stat.rindex(")") + 2] == "R"
+    return n
+
+
+def settle(timeout_s: float = SETTLE_TIMEOUT_S, poll_s: float = 0.0005) -> bool:
+    """Wait until no other thread of this process is running: ONNX Runtime's intra-op workers
+    spin-wait 35-45 ms after each run (measured here at 2 threads) and OpenMP's workers may too,
+    and a block timed while they still hold a core measures the contention, not the session: a
+    two-thread edgeops kernel timed right after ONNX Runtime's block shares its cores with ONNX
+    Runtime's spinner. True once they are parked, False after ``timeout_s`` (or where threads
+    cannot be read: not Linux, after sleeping ``timeout_s / 2``)."""
+    end = time.perf_counter() + timeout_s
+    while True:
+        n = _runnable_threads()
+        if n is None:
+            time.sleep(timeout_s / 2)
+            return False
+        if n == 0:
+            return True
+        if time.perf_counter() >= end:
+            return False
+        time.sleep(poll_s)
+
+
 def _medians(sessions, feeds, budget_s: float = 0.06, blocks: int = 6,
              runs: tuple[int, int] = (3, 60), raw: bool = False) -> list:
     """Median seconds per run of each session, timed in alternating blocks (each side warm and
-    back to back within a block, the drift of a shared machine spread over all of them);
+    back to back within a block, the drift of a shared machine spread over all of them; before
+    each block the other sessions' spinning threads are let park: :func:`settle`);
     ``raw``: every run's seconds instead."""
     names = [[o.name for o in s.get_outputs()] for s in sessions]
     for s, n in zip(sessions, names):
@@ -401,6 +451,7 @@ def _medians(sessions, feeds, budget_s: float = 0.06, blocks: int = 6,
     times: list[list[float]] = [[] for _ in sessions]
     for _ in range(blocks):
         for s, n, ts in zip(sessions, names, times):
+            settle()
             s.run(n, feeds)           # warm after the other side ran
             for _ in range(per):
                 t = time.perf_counter()

@@ -66,6 +66,13 @@ process that runs only edgeops sessions. So :func:`register` turns ORT's spinnin
 effect before OpenMP starts: a warning says when that was too late), runs nodes sequentially
 (parallel execution only queues on the GIL) and keeps intra_op_num_threads at the core count.
 Settings the caller made are kept.
+
+Wait policies (:data:`WAIT_POLICIES`). ``passive`` is that default. ``spin`` bounds the workers'
+spinning to about half a millisecond here, so that back-to-back kernels find them awake; a
+package is compiled with one (``edgeops compile --omp-wait``: its lowering is measured in a
+process running it, the kernel table is keyed by it) and names it in its manifest, and
+``Package.session`` applies it when nothing has started OpenMP yet, else warns that the package
+runs at other speeds than measured. ``EDGEOPS_OMP_WAIT`` picks the process's policy.
 """
 from __future__ import annotations
 
@@ -98,33 +105,109 @@ def _entry(so, key: str) -> str | None:
         return None
 
 
-OPENMP_ENV = {"OMP_WAIT_POLICY": "PASSIVE"}
+# How Numba's OpenMP workers wait between parallel regions (see "Threads"). ``passive``: they
+# sleep at once, every region pays their wake-up (40-90 us here, erratic on a VM) and nothing
+# spins against ONNX Runtime's threads: safe whatever else the process runs. ``spin``: they spin
+# a bounded while first (30000 of GNU OpenMP's spins: ~0.5 ms here; ONNX Runtime's own workers
+# spin ~40 ms after a run), so back-to-back regions and runs find them awake: four LayerNorm+GELU
+# at 2 threads through a package, 0.33-0.37 ms passive vs 0.20-0.24 ms spinning, against ONNX
+# Runtime's 0.25 ms. It costs ONNX Runtime nodes that run right after an edgeops one in the
+# same process up to that while, so a package chooses it (``edgeops compile --omp-wait``,
+# manifest ``runtime.omp_wait_policy``) and its lowering is measured with it.
+SPIN_COUNT = 30000
+WAIT_POLICIES = {"passive": {"OMP_WAIT_POLICY": "PASSIVE"},
+                 "spin": {"GOMP_SPINCOUNT": str(SPIN_COUNT)}}
+OPENMP_ENV = WAIT_POLICIES["passive"]
+_USER_KEYS = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")
 
 
-def configure_openmp() -> bool:
-    """Set :data:`OPENMP_ENV` (see "Threads") unless the environment chose a wait policy; call it
-    before anything starts OpenMP (Numba's first parallel kernel). True when it set them."""
-    if any(k in os.environ for k in (*OPENMP_ENV, "GOMP_SPINCOUNT")):    # the user's choice
+def _policy_name(policy: str | None) -> str:
+    name = (policy or os.environ.get("EDGEOPS_OMP_WAIT") or "passive").strip().lower()
+    if name not in WAIT_POLICIES:
+        raise OrtIntegrationError(f"unknown OpenMP wait policy {policy or name!r} "
+                                  f"(EDGEOPS_OMP_WAIT or --omp-wait); known: "
+                                  f"{', '.join(WAIT_POLICIES)}")
+    return name
+
+
+def openmp_started() -> bool:
+    """Whether GNU OpenMP is loaded in this process (Numba's pool started): its wait policy is
+    then fixed. False where that cannot be read (not Linux)."""
+    try:
+        with open("/proc/self/maps") as f:
+            return "libgomp" in f.read()
+    except OSError:
         return False
-    os.environ.update(OPENMP_ENV)
+
+
+def wait_policy() -> str:
+    """The wait policy this process's OpenMP runs (or will run) with, from its environment:
+    ``passive``, ``spin``, or the user's own setting as ``NAME=value``; ``default`` when nothing
+    chose one (GNU OpenMP then spins several ms)."""
+    env = {k: os.environ[k].strip() for k in _USER_KEYS if k in os.environ}
+    for name, want in WAIT_POLICIES.items():
+        if env == want:
+            return name
+    if env.get("OMP_WAIT_POLICY", "").upper() == "PASSIVE" or env.get("GOMP_SPINCOUNT") == "0":
+        return "passive"
+    return ",".join(f"{k}={v}" for k, v in sorted(env.items())) or "default"
+
+
+def configure_openmp(policy: str | None = None) -> bool:
+    """Set the environment of wait policy ``policy`` (:data:`WAIT_POLICIES`; None: the one
+    ``EDGEOPS_OMP_WAIT`` names, else ``passive``) unless the environment already chose one (see
+    "Threads"); call it before anything starts OpenMP (Numba's first parallel kernel). True
+    when it set them."""
+    name = _policy_name(policy)
+    if any(k in os.environ for k in _USER_KEYS):    # the user's choice, or an earlier call's
+        return False
+    os.environ.update(WAIT_POLICIES[name])
+    _ours.update(WAIT_POLICIES[name])
     return True
 
 
+_ours: dict[str, str] = {}     # what configure_openmp set (not the user): may still be changed
+
+
+def _chosen_by_user() -> bool:
+    return any(k in os.environ and os.environ[k] != _ours.get(k) for k in _USER_KEYS)
+
+
+def use_wait_policy(policy: str | None, why: str) -> str:
+    """Make this process's OpenMP run with ``policy`` (None: keep what it has, else passive);
+    returns the policy it runs with. Raises OrtIntegrationError when OpenMP already started with
+    another one or the environment chose another (a package must be measured and run with the
+    policy it names); ``why`` says who asked."""
+    if policy is None:
+        configure_openmp()
+        return wait_policy()
+    name = _policy_name(policy)
+    if wait_policy() == name:
+        return name
+    if not openmp_started() and not _chosen_by_user():
+        for k in _USER_KEYS:
+            os.environ.pop(k, None)
+        _ours.clear()
+        configure_openmp(name)
+        return name
+    where = ("OpenMP already started in this process" if openmp_started()
+             else "the environment sets " + ", ".join(f"{k}={os.environ[k]}" for k in _USER_KEYS
+                                                     if k in os.environ))
+    raise OrtIntegrationError(
+        f"{why} needs OpenMP wait policy {name!r}, but this process runs {wait_policy()!r} "
+        f"({where}); run it in a fresh process (the edgeops CLI is one), or set EDGEOPS_OMP_WAIT="
+        f"{name} and unset OMP_WAIT_POLICY/GOMP_SPINCOUNT before anything starts OpenMP")
+
+
 def _passive_openmp() -> None:
-    if not configure_openmp():
+    if not configure_openmp() or not openmp_started():
         return
-    try:
-        with open("/proc/self/maps") as f:
-            loaded = "libgomp" in f.read()
-    except OSError:   # not Linux: nothing to check
-        loaded = False
-    if loaded:
-        import warnings
-        from edgeops.errors import EdgeOpsWarning
-        warnings.warn(EdgeOpsWarning(
-            "OpenMP was started before edgeops.ort.register, so its workers keep spin-waiting and "
-            "slow ONNX Runtime sessions with edgeops ops several-fold on few cores; set "
-            "OMP_WAIT_POLICY=PASSIVE in the environment"), stacklevel=3)
+    import warnings
+    from edgeops.errors import EdgeOpsWarning
+    warnings.warn(EdgeOpsWarning(
+        "OpenMP was started before edgeops.ort.register, so its workers keep spin-waiting and "
+        "slow ONNX Runtime sessions with edgeops ops several-fold on few cores; set "
+        "OMP_WAIT_POLICY=PASSIVE (or EDGEOPS_OMP_WAIT) in the environment"), stacklevel=3)
 
 
 # ONNX Runtime's u8s8 int8 kernels on x86 without VNNI (SSE4.1, AVX2, AVX-512F) add pairs of
@@ -376,5 +459,6 @@ def session(model_or_path, target: str = "reference", providers: Sequence[str] |
 
 
 __all__ = ["DISPATCH_ATTR", "LOWERABLE_STANDARD_OPS", "KernelRuntimeError", "OrtIntegrationError",
-           "configure_openmp", "exact_int8", "fallback_counts", "install_fast_hook", "opdef_for", "prepare", "raise_errors", "register",
-           "reset_fallback_counts", "session", "take_errors"]
+           "configure_openmp", "exact_int8", "openmp_started", "use_wait_policy", "wait_policy",
+           "fallback_counts", "install_fast_hook", "opdef_for", "prepare", "raise_errors",
+           "register", "reset_fallback_counts", "session", "take_errors"]
