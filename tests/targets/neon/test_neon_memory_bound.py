@@ -115,6 +115,11 @@ POOLS = [
     ({"kernel_shape": (3, 3), "auto_pad": "SAME_UPPER", "strides": (2, 2)}, (1, 3, 7, 9)),
     ({"kernel_shape": (3, 3), "strides": (2, 2), "pads": (1, 1, 1, 1), "ceil_mode": 1},
      (1, 2, 10, 10)),
+    # a column stride other than 1 and 2 (the kernel's general path), with dilation and pads
+    ({"kernel_shape": (2, 3), "strides": (1, 3), "dilations": (1, 2), "pads": (1, 2, 0, 1)},
+     (2, 3, 9, 23)),
+    # rows wider than a vector body, many planes (both threads' shares)
+    ({"kernel_shape": (3, 3), "strides": (2, 2)}, (1, 40, 15, 71)),
 ]
 
 
@@ -130,6 +135,16 @@ def test_pooling(rng, attrs, shape, kind, cip):
         ref = AveragePool.reference(x.astype(np.float64), **full, count_include_pad=cip)
     y = pool.pool_from_attrs(x, kind, {**attrs, "count_include_pad": cip})
     np.testing.assert_allclose(y, ref, **TOL)
+
+
+@pytest.mark.parametrize("act", ["relu", "silu"])
+def test_pooling_with_a_fused_activation(rng, act):
+    x = rng.standard_normal((2, 3, 13, 11), dtype=np.float32)
+    attrs = {"kernel_shape": (3, 3), "strides": (2, 2), "pads": (1, 1, 1, 1)}
+    full = {"auto_pad": "NOTSET", "dilations": None, "ceil_mode": 0, **attrs}
+    ref = MaxPool.reference(x.astype(np.float64), **full, storage_order=0)
+    ref = np.maximum(ref, 0) if act == "relu" else ref / (1 + np.exp(-ref))
+    np.testing.assert_allclose(pool.pool_from_attrs(x, "max", attrs, act=act), ref, **TOL)
 
 
 def test_global_avgpool(rng):
