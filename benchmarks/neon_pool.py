@@ -8,7 +8,7 @@ have parked (edgeops.lower.measure.settle). The ratio is edgeops / ONNX Runtime 
 is faster. No target: the lowering measures pooling nodes and keeps ONNX Runtime's where edgeops'
 is not faster; this tracks the kernel.
 
-    python benchmarks/neon_pool.py [--threads 1 2] [--repeats 60] [--json]
+    python benchmarks/neon_pool.py [--threads 1 2] [--repeats 60] [--json] [--quick]
 """
 from __future__ import annotations
 
@@ -88,8 +88,12 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", nargs="+", type=int, default=[1, 2])
     ap.add_argument("--repeats", type=int, default=60)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--quick", action="store_true", help="two cases, 1 thread, 6 runs (smoke test)")
     a = ap.parse_args(argv)
-    rows = [r for t in a.threads for r in run(t, a.repeats)]
+    if a.quick:
+        del CASES[2:]
+    threads, repeats = ([1], 6) if a.quick else (a.threads, a.repeats)
+    rows = [r for t in threads for r in run(t, repeats)]
     if a.json:
         json.dump({"onnxruntime": ort.__version__, "rows": rows}, sys.stdout, indent=1)
         print()

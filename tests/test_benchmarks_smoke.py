@@ -36,8 +36,16 @@ def test_sim_vs_host_quick(opt):
     assert -1.0 <= m["spearman"] <= 1.0 and m["mape"] >= 0
 
 
-def test_e2e_vs_ort_quick():
-    doc = _run("e2e_vs_ort.py")
+def test_neon_pool_quick():
+    doc = _run("neon_pool.py")     # it checks its outputs against ONNX Runtime's first
+    assert [r["case"][:3] for r in doc["rows"]] == ["max", "max"]
+    assert all(r["threads"] == 1 and r["edgeops_ms"] > 0 and r["ort_ms"] > 0 for r in doc["rows"])
+
+
+@pytest.mark.parametrize("wait", [None, "spin"])
+def test_e2e_vs_ort_quick(wait):
+    doc = _run("e2e_vs_ort.py", *(["--omp-wait", wait] if wait else []))
+    assert doc["omp_wait"] == (wait or "passive")
     assert [m["model"] for m in doc["models"]] == ["sample", "chain_gn_silu"]
     for m in doc["models"]:
         (t,) = m["by_threads"]
