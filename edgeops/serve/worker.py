@@ -70,6 +70,7 @@ class Runner:
             import runpy
             runpy.run_path(hook, run_name="edgeops_serve_test_hook")
         self.pkg = package.load(self.path)
+        self.pkg.apply_wait_policy()     # a fresh worker process: nothing started OpenMP yet
         self.names = [o["name"] for o in self.pkg.manifest["outputs"]]
         from edgeops.serve.rules import triggered
         rule = triggered(self.s.target_rules, self.pkg.manifest.get("targets", []))
