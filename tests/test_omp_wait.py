@@ -47,10 +47,11 @@ def test_policy_is_set_before_openmp_starts_and_refused_after():
     r = _fresh(f"""
 import os, json
 import edgeops.ort as eort
-from targets.neon import _threads
+from edgeops.targets.neon import _threads
 out = {{}}
 eort.configure_openmp()                      # what register does: passive
 out["first"] = eort.wait_policy()
+out["spins_first"] = _threads.pool_spins()   # read (and kept) before the switch
 out["switched"] = eort.use_wait_policy("spin", "test")   # nothing started OpenMP: it may change
 out["env"] = {{k: os.environ.get(k) for k in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}}
 out["started_before"] = eort.openmp_started()
@@ -70,7 +71,7 @@ except eort.OrtIntegrationError as e:
 print(json.dumps(out))
 """)
     out = json.loads(r.stdout.strip().splitlines()[-1])
-    assert out["first"] == "passive" and out["switched"] == "spin"
+    assert out["first"] == "passive" and out["switched"] == "spin" and not out["spins_first"]
     assert out["env"] == {"OMP_WAIT_POLICY": None, "GOMP_SPINCOUNT": str(__import__(
         "edgeops.ort", fromlist=["SPIN_COUNT"]).SPIN_COUNT)}
     assert not out["started_before"] and out["started_after"] and out["spins"]

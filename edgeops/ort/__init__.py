@@ -189,6 +189,10 @@ def use_wait_policy(policy: str | None, why: str) -> str:
             os.environ.pop(k, None)
         _ours.clear()
         configure_openmp(name)
+        import sys
+        threads = sys.modules.get("edgeops.targets.neon._threads")
+        if threads is not None:      # its reading of the policy, taken before this change
+            threads._spins = None
         return name
     where = ("OpenMP already started in this process" if openmp_started()
              else "the environment sets " + ", ".join(f"{k}={os.environ[k]}" for k in _USER_KEYS
