@@ -163,10 +163,16 @@ def configure_openmp(policy: str | None = None) -> bool:
         return False
     os.environ.update(WAIT_POLICIES[name])
     _ours.update(WAIT_POLICIES[name])
+    os.environ[_MARK] = ";".join(f"{k}={v}" for k, v in sorted(_ours.items()))
     return True
 
 
-_ours: dict[str, str] = {}     # what configure_openmp set (not the user): may still be changed
+# What configure_openmp set, not the user: it may still be changed. Child processes inherit the
+# environment, so the marker tells them too (a serve worker or a benchmark run from an edgeops
+# process would otherwise take the parent's default for the user's choice).
+_MARK = "EDGEOPS_OMP_WAIT_SET"
+_ours: dict[str, str] = dict(kv.split("=", 1) for kv in os.environ.get(_MARK, "").split(";")
+                             if "=" in kv)
 
 
 def _chosen_by_user() -> bool:
@@ -185,7 +191,7 @@ def use_wait_policy(policy: str | None, why: str) -> str:
     if wait_policy() == name:
         return name
     if not openmp_started() and not _chosen_by_user():
-        for k in _USER_KEYS:
+        for k in (*_USER_KEYS, _MARK):
             os.environ.pop(k, None)
         _ours.clear()
         configure_openmp(name)
