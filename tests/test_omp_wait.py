@@ -163,7 +163,8 @@ def test_cli_refuses_a_policy_the_environment_contradicts(tmp_path):
     r = subprocess.run([sys.executable, "-m", "edgeops", "compile", "sample", "--board", "host",
                         "-o", str(tmp_path / "p"), "--omp-wait", "spin"], capture_output=True,
                        text=True, cwd=ROOT, timeout=600,
-                       env=os.environ | {"OMP_WAIT_POLICY": "PASSIVE"})
+                       env={k: v for k, v in os.environ.items() if k not in CLEAN}
+                       | {"OMP_WAIT_POLICY": "PASSIVE"})     # the user's own: no edgeops marker
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert "needs OpenMP wait policy 'spin'" in r.stderr + r.stdout
     assert not (tmp_path / "p").exists()
