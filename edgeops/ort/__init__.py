@@ -198,7 +198,7 @@ def use_wait_policy(policy: str | None, why: str) -> str:
         import sys
         threads = sys.modules.get("edgeops.targets.neon._threads")
         if threads is not None:      # its reading of the policy, taken before this change
-            threads._spins = None
+            threads.forget_policy()
         return name
     where = ("OpenMP already started in this process" if openmp_started()
              else "the environment sets " + ", ".join(f"{k}={os.environ[k]}" for k in _USER_KEYS

@@ -32,10 +32,16 @@ def pool_spins() -> bool:
     or ``GOMP_SPINCOUNT=0`` do not. Read once: OpenMP reads them once, when it starts."""
     global _spins
     if _spins is None:
-        import os
-        policy = os.environ.get("OMP_WAIT_POLICY", "").strip().upper()
-        _spins = policy != "PASSIVE" and os.environ.get("GOMP_SPINCOUNT", "").strip() != "0"
+        from edgeops.ort import wait_policy
+        _spins = wait_policy() != "passive"
     return _spins
+
+
+def forget_policy() -> None:
+    """Read the policy again at the next call (edgeops.ort.use_wait_policy changed it before
+    OpenMP started)."""
+    global _spins
+    _spins = None
 
 
 _spins: bool | None = None
