@@ -169,9 +169,9 @@ def _counting_chains(monkeypatch):
     calls = []
     real = norms.Chain.__call__
 
-    def counted(self, x):
+    def counted(self, x, keep=None):
         calls.append(self.k)
-        return real(self, x)
+        return real(self, x, keep)
     monkeypatch.setattr(norms.Chain, "__call__", counted)
     return calls
 
@@ -199,6 +199,27 @@ def test_consecutive_norms_run_as_one_pass(rng, monkeypatch, make, shape):
     assert calls == [4, 4] and len(region._made) == 1
 
 
+def test_a_chain_keeps_only_the_intermediates_read_outside_it(rng, monkeypatch):
+    """Inside a chain, a stage's output that nothing but the next stage reads never leaves the
+    kernel (its rows stay in scratch); one that is also a graph output, or read by a node after
+    the chain, is kept, with the numbers of ONNX Runtime on the original model."""
+    calls = _counting_chains(monkeypatch)
+    shape = (3, 5, 37)
+    m = _ln_chain(rng, n=4, shape=shape, side_output=False)
+    m.graph.output.append(helper.make_tensor_value_info("g1", TensorProto.FLOAT, list(shape)))
+    m.graph.node.append(helper.make_node("Add", ["g0", "g3"], ["res"], name="residual"))
+    m.graph.output.append(helper.make_tensor_value_info("res", TensorProto.FLOAT, list(shape)))
+    lw = lower(m, "rpi5", mode="all")
+    s, region = _prepared_session(lw.model)
+    (first, (end, _entries)), = region.chains.items()
+    assert end - first == 4 and region.keep[first] == (True, True, False, True)
+    feeds = {"x": (rng.standard_normal(shape) * 3).astype(np.float32)}
+    got = dict(zip([o.name for o in s.get_outputs()], s.run(None, feeds)))
+    eort.raise_errors()
+    assert calls == [4] and region.chain_errors == {}, region.chain_errors
+    _close(got, _ort(m, feeds))
+
+
 def test_a_chain_after_a_side_output_and_its_failure_fall_back_to_nodes(rng, monkeypatch):
     """ln0's output leaves the region, so LayerNorm 0 and its Gelu stay separate nodes and the
     chain starts after them; a chain whose pass fails runs node by node from then on, with the
@@ -211,7 +232,7 @@ def test_a_chain_after_a_side_output_and_its_failure_fall_back_to_nodes(rng, mon
     ops = [n.op_type for n in lw.model.graph.node]
     assert list(region.chains) == [2] and region.chains[2][0] == len(ops), ops
 
-    def broken(self, x):
+    def broken(self, x, keep=None):
         raise EdgeOpsError("no")
     monkeypatch.setattr(norms.Chain, "__call__", broken)
     feeds = {"x": rng.standard_normal((2, 3, 29)).astype(np.float32)}

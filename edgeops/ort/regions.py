@@ -201,6 +201,8 @@ class _Region:
         self.n_slots = len(slot)
         self.outputs = tuple(slot[o] for o in d["outputs"])
         self.chains = _chains(steps, entries)     # {first step: (end step, entries)}
+        self.keep = {i: _kept(steps, i, end, self.outputs)   # {first step: flag per stage}
+                     for i, (end, _e) in self.chains.items()}
         self._made: dict = {}                     # (first step, X shape) -> a chain's pass
         self.chain_errors: dict = {}              # first step -> why its chain was dropped
 
@@ -258,13 +260,13 @@ class _Region:
                 run = stages[0].chain(stages)
                 if held:     # parameters are the held, read-only constants: the same every call
                     self._made[key] = run
-            ys = run(x)
+            ys = run(x, self.keep[i])
         except Exception as e:  # noqa: BLE001  (node by node instead: each node's own rules apply)
             self.chain_errors[i] = f"{type(e).__name__}: {e}"
             self.chains.pop(i, None)
             return 0
         for (_n, _f, _s, _r, outs), y in zip(steps, ys):
-            env[outs[0]] = y
+            env[outs[0]] = y     # None: an intermediate only the next stage read
         return end
 
 
@@ -286,6 +288,18 @@ def _chains(steps, entries) -> dict:
             out[k] = (j, entries[k:j])
         k = j
     return out
+
+
+def _kept(steps, i, end, outputs) -> tuple:
+    """For the chain of steps [i, end): whether each stage's output is needed beyond the chain
+    (a region output, or read by any step but the next stage); the last stage's always is.
+    The others never leave the kernel's scratch rows."""
+    flags = []
+    for j in range(i, end):
+        o = steps[j][4][0]
+        readers = {k for k, st in enumerate(steps) if o in st[3]}
+        flags.append(j == end - 1 or o in outputs or not readers <= {j + 1})
+    return tuple(flags)
 
 
 _cache: dict[str, _Region] = {}

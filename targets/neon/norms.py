@@ -16,13 +16,15 @@ element stopped LLVM vectorising the SiLU pass (measured 10x slower inside a pra
 from __future__ import annotations
 
 import math
+import time
 
 import numpy as np
 from numba import njit, prange
 
 from edgeops.errors import EdgeOpsError
 from edgeops.targets.neon import epilogue as ep
-from edgeops.targets.neon._threads import SMALL_ELEMENTS, num_threads, serial_if, small_norm_elements
+from edgeops.targets.neon._threads import (SMALL_ELEMENTS, ThreadChoice, num_threads, serial_if,
+                                          small_norm_elements)
 
 _REDUCE = {"reassoc", "contract", "nsz"}  # no nnan/ninf: NaNs in the input must propagate
 
@@ -92,26 +94,37 @@ def _affine_act(xv, yv, a, b, m, s, sb, n, act, p0, p1):
 
 
 @njit(cache=True, inline="always", fastmath=_FM, error_model="numpy")
+def _layernorm_vec(xv, scale, bias, d, eps, yv, act, p0, p1):
+    """One normalised row: ``xv`` and ``yv`` are views of ``d`` elements."""
+    mean, var = _mean_var(xv, 0, d)
+    rstd = np.float32(1.0) / np.sqrt(var + np.float32(eps))
+    _affine_act(xv, yv, scale, bias, mean, rstd, np.float32(0), d, act, p0, p1)
+
+
+@njit(cache=True, inline="always", fastmath=_FM, error_model="numpy")
 def _layernorm_row(x, scale, bias, d, eps, y, act, p0, p1, r):
     off = r * d
-    mean, var = _mean_var(x, off, d)
+    _layernorm_vec(x[off:off + d], scale, bias, d, eps, y[off:off + d], act, p0, p1)
+
+
+@njit(cache=True, inline="always", fastmath=_FM, error_model="numpy")
+def _groupnorm_block(xb, scale, bias, cg, spatial, g, eps, yb, act, p0, p1, empty):
+    """One (image, group) block of ``cg * spatial`` elements, ``xb`` and ``yb`` its views."""
+    mean, var = _mean_var(xb, 0, cg * spatial)
     rstd = np.float32(1.0) / np.sqrt(var + np.float32(eps))
-    _affine_act(x[off:off + d], y[off:off + d], scale, bias, mean, rstd, np.float32(0), d,
-                act, p0, p1)
+    for ci in range(cg):
+        ch = g * cg + ci
+        o = ci * spatial
+        _affine_act(xb[o:o + spatial], yb[o:o + spatial], empty, empty, mean,
+                    rstd * scale[ch], bias[ch], spatial, act, p0, p1)
 
 
 @njit(cache=True, inline="always", fastmath=_FM, error_model="numpy")
 def _groupnorm_task(x, scale, bias, cg, spatial, groups, eps, y, act, p0, p1, empty, t):
-    g = t % groups
     blk = cg * spatial
     off = t * blk
-    mean, var = _mean_var(x, off, blk)
-    rstd = np.float32(1.0) / np.sqrt(var + np.float32(eps))
-    for ci in range(cg):
-        ch = g * cg + ci
-        o = off + ci * spatial
-        _affine_act(x[o:o + spatial], y[o:o + spatial], empty, empty, mean,
-                    rstd * scale[ch], bias[ch], spatial, act, p0, p1)
+    _groupnorm_block(x[off:off + blk], scale, bias, cg, spatial, t % groups, eps,
+                     y[off:off + blk], act, p0, p1, empty)
 
 
 # Each kernel twice, parallel and serial (separate functions, not one py_func compiled twice:
@@ -149,48 +162,80 @@ def _groupnorm_serial(x, scale, bias, n, c, spatial, groups, eps, y, act, p0, p1
 # Chains: consecutive norms over the same partition (LayerNorm rows, GroupNorm (image, group)
 # blocks) in ONE loop, each row or block taken through every stage before the next: one
 # fork/join of the thread team for the chain instead of one per norm, and the intermediate row
-# still in L1 when the next stage reads it. ``y`` is (stages, elements); stage s reads y[s - 1].
+# still in L1 when the next stage reads it. ``y`` is one flat buffer: (kept stages) x (elements),
+# then two scratch rows (blocks) per chunk of rows. Stage s writes output row slot[s], or, when
+# slot[s] < 0 (an intermediate nothing outside the chain reads), a scratch row of its chunk, which
+# the next stage reads back from L1: materialising every intermediate of four LayerNorm+GELU
+# stages on 128x768 writes ~1.5 MB a call, beyond L2 here. One buffer, so every view has the
+# same (contiguous) type: views of two arrays would unify to a strided layout, which vectorised
+# worse (measured). Chunks: one per thread, each running its rows in order.
 @njit(cache=True, inline="always", fastmath=_FM, error_model="numpy")
-def _layernorm_chain_row(x, scales, biases, d, eps, y, act, p0, p1, r):
-    _layernorm_row(x, scales[0], biases[0], d, eps[0], y[0], act[0], p0[0], p1[0], r)
-    for s in range(1, y.shape[0]):
-        _layernorm_row(y[s - 1], scales[s], biases[s], d, eps[s], y[s], act[s], p0[s], p1[s], r)
+def _chain_dst(y, slot, s, n, off, blk, scr):
+    """Offset in ``y`` of stage s's output for the row (block) at ``off``."""
+    return slot[s] * n + off if slot[s] >= 0 else scr + (s & 1) * blk
 
 
 @njit(cache=True, inline="always", fastmath=_FM, error_model="numpy")
-def _groupnorm_chain_task(x, scales, biases, c, spatial, groups, eps, y, act, p0, p1, empty, t):
+def _layernorm_chain_rows(x, scales, biases, rows, d, eps, y, slot, act, p0, p1, r0, r1, w):
+    """Rows [r0, r1) through every stage; ``w``: which scratch pair (one per worker)."""
+    n = rows * d
+    scr = (slot.max() + 1) * n + w * 2 * d
+    for r in range(r0, r1):
+        off = r * d
+        src = x[off:off + d]
+        for s in range(slot.shape[0]):
+            o = _chain_dst(y, slot, s, n, off, d, scr)
+            dst = y[o:o + d]
+            _layernorm_vec(src, scales[s], biases[s], d, eps[s], dst, act[s], p0[s], p1[s])
+            src = dst
+
+
+@njit(cache=True, inline="always", fastmath=_FM, error_model="numpy")
+def _groupnorm_chain_tasks(x, scales, biases, n, c, spatial, groups, eps, y, slot, act, p0, p1,
+                           empty, t0, t1, w):
+    """(image, group) blocks [t0, t1) through every stage; ``w`` as above."""
     cg = c // groups
-    _groupnorm_task(x, scales[0], biases[0], cg, spatial, groups, eps[0], y[0], act[0], p0[0],
-                    p1[0], empty, t)
-    for s in range(1, y.shape[0]):
-        _groupnorm_task(y[s - 1], scales[s], biases[s], cg, spatial, groups, eps[s], y[s], act[s],
-                        p0[s], p1[s], empty, t)
+    blk = cg * spatial
+    tasks = n * groups
+    scr = (slot.max() + 1) * tasks * blk + w * 2 * blk
+    for t in range(t0, t1):
+        off = t * blk
+        src = x[off:off + blk]
+        for s in range(slot.shape[0]):
+            o = _chain_dst(y, slot, s, tasks * blk, off, blk, scr)
+            dst = y[o:o + blk]
+            _groupnorm_block(src, scales[s], biases[s], cg, spatial, t % groups, eps[s], dst,
+                             act[s], p0[s], p1[s], empty)
+            src = dst
 
 
 @njit(parallel=True, cache=True, fastmath=_FM, error_model="numpy")
-def _layernorm_chain(x, scales, biases, rows, d, eps, y, act, p0, p1):
-    for r in prange(rows):
-        _layernorm_chain_row(x, scales, biases, d, eps, y, act, p0, p1, r)
+def _layernorm_chain(x, scales, biases, rows, d, eps, y, slot, act, p0, p1, chunks):
+    for c in prange(chunks):
+        _layernorm_chain_rows(x, scales, biases, rows, d, eps, y, slot, act, p0, p1,
+                              c * rows // chunks, (c + 1) * rows // chunks, c)
 
 
 @njit(cache=True, fastmath=_FM, error_model="numpy")
-def _layernorm_chain_serial(x, scales, biases, rows, d, eps, y, act, p0, p1):
-    for r in range(rows):
-        _layernorm_chain_row(x, scales, biases, d, eps, y, act, p0, p1, r)
+def _layernorm_chain_serial(x, scales, biases, rows, d, eps, y, slot, act, p0, p1, chunks):
+    _layernorm_chain_rows(x, scales, biases, rows, d, eps, y, slot, act, p0, p1, 0, rows, 0)
 
 
 @njit(parallel=True, cache=True, fastmath=_FM, error_model="numpy")
-def _groupnorm_chain(x, scales, biases, n, c, spatial, groups, eps, y, act, p0, p1):
+def _groupnorm_chain(x, scales, biases, n, c, spatial, groups, eps, y, slot, act, p0, p1, chunks):
     empty = np.empty(0, np.float32)
-    for t in prange(n * groups):
-        _groupnorm_chain_task(x, scales, biases, c, spatial, groups, eps, y, act, p0, p1, empty, t)
+    tasks = n * groups
+    for k in prange(chunks):
+        _groupnorm_chain_tasks(x, scales, biases, n, c, spatial, groups, eps, y, slot, act, p0,
+                               p1, empty, k * tasks // chunks, (k + 1) * tasks // chunks, k)
 
 
 @njit(cache=True, fastmath=_FM, error_model="numpy")
-def _groupnorm_chain_serial(x, scales, biases, n, c, spatial, groups, eps, y, act, p0, p1):
+def _groupnorm_chain_serial(x, scales, biases, n, c, spatial, groups, eps, y, slot, act, p0, p1,
+                            chunks):
     empty = np.empty(0, np.float32)
-    for t in range(n * groups):
-        _groupnorm_chain_task(x, scales, biases, c, spatial, groups, eps, y, act, p0, p1, empty, t)
+    _groupnorm_chain_tasks(x, scales, biases, n, c, spatial, groups, eps, y, slot, act, p0, p1,
+                           empty, 0, n * groups, 0)
 
 
 @njit(parallel=True, cache=True, fastmath=_FM, error_model="numpy")
@@ -339,8 +384,10 @@ def groupnorm_stage(shape, scale, bias, num_groups, epsilon=1e-5, act=None) -> N
 class Chain:
     """Stages (:class:`NormStage`, each taking the previous one's output) as one fused pass over
     their common partition, parameters stacked once: calling it with X returns every stage's
-    output (views of one buffer). Serial below the norms' threshold counted over the whole
-    chain's elements: the fork/join of the thread team is paid once for all stages."""
+    output (views of one buffer). The fork/join of the thread team is paid once for all stages;
+    whether it pays at all is timed on the chain's first calls (:class:`ThreadChoice`: keep a
+    Chain for a recurring shape, as a region does), except below ``SMALL_ELEMENTS`` element
+    visits over all stages, which always run on the calling thread."""
 
     def __init__(self, stages):
         stages = list(stages)
@@ -354,22 +401,40 @@ class Chain:
         self.act = np.array([s.act[0] for s in stages], np.int64)
         self.p0 = np.array([s.act[1] for s in stages])
         self.p1 = np.array([s.act[2] for s in stages])
+        self.threads = ThreadChoice()    # alone or on the pool: timed on the first calls
 
-    def __call__(self, x) -> list:
+    def __call__(self, x, keep=None) -> list:
+        """Every stage's output for X (views of one buffer); with ``keep`` (a flag per stage),
+        only the flagged stages' and the last one's, None for the others: their values then
+        stay in per-thread scratch rows and never reach memory."""
         x = _f32(self.kind, "X", x)
         if x.shape != self.shape:
             raise EdgeOpsError(f"neon chain: X is {x.shape}, the chain was made for {self.shape}")
-        y = np.empty((self.k, x.size), np.float32)
+        kept = [True] * self.k if keep is None else [bool(f) for f in keep]
+        if len(kept) != self.k:
+            raise EdgeOpsError(f"neon chain: keep has {len(kept)} flags for {self.k} stages")
+        kept[-1] = True
+        slot = np.cumsum(kept, dtype=np.int64) - 1
+        slot[~np.array(kept)] = -1
+        n_out = int(slot.max()) + 1
+        ln = self.kind == "layernorm"
+        units = self.part[0] * (1 if ln else self.part[3])    # rows, or (image, group) blocks
+        threads = num_threads()
+        tune = threads > 1 and x.size * self.k >= SMALL_ELEMENTS and units > 1
+        serial = not self.threads.parallel(threads) if tune else True
+        chunks = 1 if serial else min(units, threads)
+        y = np.empty(n_out * x.size + (chunks * 2 * (x.size // max(units, 1))
+                                       if n_out < self.k else 0), np.float32)
         if x.size:
-            args = (self.scale, self.bias)
-            tail = (self.eps, y, self.act, self.p0, self.p1)
-            if self.kind == "layernorm":
-                _pick(_layernorm_chain, _layernorm_chain_serial, x.size * self.k)(
-                    x.reshape(-1), *args, *self.part, *tail)
-            else:
-                _pick(_groupnorm_chain, _groupnorm_chain_serial, x.size * self.k)(
-                    x.reshape(-1), *args, *self.part, *tail)
-        return [y[i].reshape(x.shape) for i in range(self.k)]
+            fn = ((_layernorm_chain_serial if serial else _layernorm_chain) if ln
+                  else (_groupnorm_chain_serial if serial else _groupnorm_chain))
+            t = time.perf_counter()
+            fn(x.reshape(-1), self.scale, self.bias, *self.part, self.eps, y, slot, self.act,
+               self.p0, self.p1, chunks)
+            if tune:
+                self.threads.record(threads, not serial, time.perf_counter() - t)
+        return [y[slot[i] * x.size:(slot[i] + 1) * x.size].reshape(x.shape) if kept[i] else None
+                for i in range(self.k)]
 
 
 def run_chain(x, stages) -> list:

@@ -2,6 +2,7 @@
 use, against the float64 op references."""
 import math
 
+import numba
 import numpy as np
 import pytest
 from numba import njit
@@ -174,33 +175,79 @@ def vm_silu(v):
     return v / (1 + np.exp(-v))
 
 
+@pytest.mark.parametrize("keep", [None, (False, True, False, False), (False,) * 4])
 @pytest.mark.parametrize("parallel", [False, True])
-def test_norm_chains_match_the_references(rng, monkeypatch, parallel):
+def test_norm_chains_match_the_references(rng, monkeypatch, parallel, keep):
     """Norms chained in one pass (each row or group through every stage in turn) against the
-    float64 references applied one after the other; serial and parallel loops both."""
-    monkeypatch.setattr(norms, "small_norm_elements", lambda: 1 << 40 if not parallel else 0)
+    float64 references applied one after the other; serial and parallel loops both. With
+    ``keep``, the stages not kept (intermediates left in the kernel's scratch rows) come back
+    as None and the kept ones, the last always among them, still match."""
+    if parallel and numba.get_num_threads() < 2:
+        pytest.skip("the parallel chain needs a pool of 2+ threads; this process has 1")
+    monkeypatch.setattr(norms, "SMALL_ELEMENTS", 0)
+    monkeypatch.setattr(norms.ThreadChoice, "parallel", lambda self, threads: parallel)
     x = rng.standard_normal((3, 7, 33), dtype=np.float32) * 3 + 1
     acts = [("gelu", "none"), (None, None), ("gelu_tanh", "tanh"), ("gelu", "none")]
     params = [(rng.standard_normal(33, dtype=np.float32), rng.standard_normal(33, dtype=np.float32))
               for _ in acts]
     stages = [norms.layernorm_stage(x.shape, s, b, -1, 1e-5, a) for (s, b), (a, _) in zip(params, acts)]
-    ys = norms.run_chain(x, stages)
+    ys = norms.Chain(stages)(x, keep)
+    want = [True] * 4 if keep is None else list(keep[:-1]) + [True]
+    assert [y is not None for y in ys] == want
     ref = x.astype(np.float64)
     for y, (s, b), (_a, approx) in zip(ys, params, acts):
         xs = [ref, s.astype(np.float64), b.astype(np.float64)]
         ref = (LayerNormalization.reference(*xs, axis=-1, epsilon=1e-5) if approx is None else
                LayerNormGelu.reference(*xs, axis=-1, epsilon=1e-5, approximate=approx))
-        np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-4)
+        if y is not None:
+            np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-4)
     xg = rng.standard_normal((2, 12, 5, 7), dtype=np.float32) * 2 - 0.5
     gp = [(rng.standard_normal(12, dtype=np.float32), rng.standard_normal(n, dtype=np.float32))
           for n in (12, 4, 12)]     # per-channel and per-group bias
-    ys = norms.run_chain(xg, [norms.groupnorm_stage(xg.shape, s, b, 4, 1e-5, a)
-                              for (s, b), a in zip(gp, ("silu", "none", "silu"))])
+    gkeep = None if keep is None else keep[1:]
+    ys = norms.Chain([norms.groupnorm_stage(xg.shape, s, b, 4, 1e-5, a)
+                      for (s, b), a in zip(gp, ("silu", "none", "silu"))])(xg, gkeep)
+    assert [y is not None for y in ys] == ([True] * 3 if keep is None else want[1:])
     ref = xg.astype(np.float64)
     for y, (s, b), a in zip(ys, gp, ("silu", "none", "silu")):
         ref = GroupNormAct.reference(ref, s.astype(np.float64), np.repeat(b, 12 // b.size).astype(np.float64),
                                      num_groups=4, epsilon=1e-5, activation=a)
-        np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-4)
+        if y is not None:
+            np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-4)
+
+
+def test_thread_choice_times_both_ways_then_keeps_the_faster():
+    """ThreadChoice alternates alone / pool until it has ``trials`` timings of each, then keeps
+    the one with the lower median (the first timing of each left out), per pool size."""
+    from edgeops.targets.neon._threads import ThreadChoice
+    for pool_s, serial_s, want in ((1.0, 2.0, True), (3.0, 2.0, False)):
+        tc = ThreadChoice(trials=3)
+        seen = []
+        for _ in range(6):
+            par = tc.parallel(2)
+            seen.append(par)
+            assert tc.decided(2) is None
+            # a slow first call of the faster way must not decide it
+            tc.record(2, par, (pool_s if par else serial_s) * (10 if len(seen) <= 2 else 1))
+        assert seen == [False, True] * 3 and tc.decided(2) is want
+        assert all(tc.parallel(2) is want for _ in range(3))
+        assert tc.decided(4) is None and tc.parallel(4) is False    # another pool: its own
+
+
+def test_a_recurring_chain_settles_on_one_way_with_the_same_numbers(rng, monkeypatch):
+    """A Chain called again and again (as a region keeps it) times itself alone and on the
+    pool, then keeps one; every call, whichever way it ran, gives the same numbers."""
+    if numba.get_num_threads() < 2:
+        pytest.skip("choosing the pool needs a pool of 2+ threads; this process has 1")
+    monkeypatch.setattr(norms, "SMALL_ELEMENTS", 0)
+    x = rng.standard_normal((5, 4, 31), dtype=np.float32)
+    ch = norms.Chain([norms.layernorm_stage(x.shape, rng.standard_normal(31, dtype=np.float32),
+                                            None, -1, 1e-5, "gelu") for _ in range(3)])
+    first = ch(x, (False, False, True))[-1]
+    runs = 2 * ch.threads.trials + 2
+    for _ in range(runs):
+        np.testing.assert_array_equal(ch(x, (False, False, True))[-1], first)
+    assert ch.threads.decided(numba.get_num_threads()) in (True, False)
 
 
 def test_norm_chains_refuse_stages_that_do_not_chain(rng):
@@ -212,6 +259,8 @@ def test_norm_chains_refuse_stages_that_do_not_chain(rng):
         norms.Chain([ln, norms.groupnorm_stage((4, 8), s, s, 2)])
     with pytest.raises(EdgeOpsError, match="made for"):
         norms.run_chain(np.ones((8, 4), np.float32), [ln, ln])
+    with pytest.raises(EdgeOpsError, match="2 flags for 3 stages"):
+        norms.Chain([ln, ln, ln])(np.ones((4, 8), np.float32), keep=(True, False))
     with pytest.raises(EdgeOpsError, match="divide"):
         norms.groupnorm_stage((2, 6, 4), np.ones(6, np.float32), np.ones(6, np.float32), 4)
 
