@@ -402,39 +402,53 @@ class Chain:
         self.p0 = np.array([s.act[1] for s in stages])
         self.p1 = np.array([s.act[2] for s in stages])
         self.threads = ThreadChoice()    # alone or on the pool: timed on the first calls
+        ln = self.kind == "layernorm"
+        self.units = self.part[0] * (1 if ln else self.part[3])   # rows, or (image, group) blocks
+        self._fns = {True: _layernorm_chain_serial if ln else _groupnorm_chain_serial,
+                     False: _layernorm_chain if ln else _groupnorm_chain}
+        self._layouts: dict = {}
+
+    def _layout(self, keep) -> tuple:
+        """(output slot per stage (-1: scratch), kept flags, number kept) for ``keep``, once."""
+        got = self._layouts.get(keep)
+        if got is None:
+            kept = [True] * self.k if keep is None else [bool(f) for f in keep]
+            if len(kept) != self.k:
+                raise EdgeOpsError(f"neon chain: keep has {len(kept)} flags for {self.k} stages")
+            kept[-1] = True
+            slot, n = [], 0
+            for f in kept:
+                slot.append(n if f else -1)
+                n += f
+            got = self._layouts[keep] = (np.array(slot, np.int64), tuple(kept), n)
+        return got
 
     def __call__(self, x, keep=None) -> list:
         """Every stage's output for X (views of one buffer); with ``keep`` (a flag per stage),
         only the flagged stages' and the last one's, None for the others: their values then
         stay in per-thread scratch rows and never reach memory."""
-        x = _f32(self.kind, "X", x)
+        if type(x) is not np.ndarray or x.dtype != np.float32 or not x.flags.c_contiguous:
+            x = _f32(self.kind, "X", x)
         if x.shape != self.shape:
             raise EdgeOpsError(f"neon chain: X is {x.shape}, the chain was made for {self.shape}")
-        kept = [True] * self.k if keep is None else [bool(f) for f in keep]
-        if len(kept) != self.k:
-            raise EdgeOpsError(f"neon chain: keep has {len(kept)} flags for {self.k} stages")
-        kept[-1] = True
-        slot = np.cumsum(kept, dtype=np.int64) - 1
-        slot[~np.array(kept)] = -1
-        n_out = int(slot.max()) + 1
-        ln = self.kind == "layernorm"
-        units = self.part[0] * (1 if ln else self.part[3])    # rows, or (image, group) blocks
+        slot, kept, n_out = self._layout(keep if keep is None else tuple(keep))
+        n, units = x.size, self.units
         threads = num_threads()
-        tune = threads > 1 and x.size * self.k >= SMALL_ELEMENTS and units > 1
+        tune = threads > 1 and n * self.k >= SMALL_ELEMENTS and units > 1
         serial = not self.threads.parallel(threads) if tune else True
         chunks = 1 if serial else min(units, threads)
-        y = np.empty(n_out * x.size + (chunks * 2 * (x.size // max(units, 1))
-                                       if n_out < self.k else 0), np.float32)
-        if x.size:
-            fn = ((_layernorm_chain_serial if serial else _layernorm_chain) if ln
-                  else (_groupnorm_chain_serial if serial else _groupnorm_chain))
+        y = np.empty(n_out * n + (chunks * 2 * (n // max(units, 1)) if n_out < self.k else 0),
+                     np.float32)
+        if n:
+            fn = self._fns[serial]
             t = time.perf_counter()
             fn(x.reshape(-1), self.scale, self.bias, *self.part, self.eps, y, slot, self.act,
                self.p0, self.p1, chunks)
             if tune:
                 self.threads.record(threads, not serial, time.perf_counter() - t)
-        return [y[slot[i] * x.size:(slot[i] + 1) * x.size].reshape(x.shape) if kept[i] else None
-                for i in range(self.k)]
+        shape = x.shape
+        return [y[j * n:(j + 1) * n].reshape(shape) if f else None
+                for j, f in zip(slot.tolist(), kept)]
 
 
 def run_chain(x, stages) -> list:
