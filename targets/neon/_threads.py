@@ -7,23 +7,19 @@ of work, one thread is faster and immune to that.
 """
 from __future__ import annotations
 
+import time
 from contextlib import contextmanager
 
 import numba
 from numba.np.ufunc import parallel as _par
 
 SMALL_ELEMENTS = 1 << 15     # memory-bound kernels: ~30 us of single-thread work
-# A passive pool (edgeops.ort.register's default) wakes its workers with a futex at every
-# parallel region and the caller sleeps until they finish: ~50 us for an empty region here,
-# against ~1.5 us when they spin. Memory-bound kernels then go parallel only above:
-# elementwise ReLU at 2 threads vs serial, passive: 38 vs 4 us at 32K elements, 60 vs 30 us at
-# 256K, 94 vs 92 us at 1M, 432 vs 771 us at 4M
-PASSIVE_SMALL_ELEMENTS = 1 << 21   # 1M is a tie, 4M clearly parallel
-# norms touch each element ~3 times: four LayerNorm+GELU kernels on 128x768 at 2 threads took
-# 0.32 ms parallel vs 0.22 ms serial on a passive pool, four GroupNorm+SiLU on 64x56x56
-# 0.61-0.66 ms vs 0.39 ms; with workers spinning (GOMP_SPINCOUNT=5000) four LayerNorm+GELU took
-# ~0.10 ms parallel vs ~0.20 ms serial
-SMALL_NORM_ELEMENTS = 1 << 18
+# Above it, whether a memory-bound kernel's call pays for the pool is timed per call
+# (ThreadChoice, alone_or_pool): a passive pool (edgeops.ort.register's default) wakes its
+# workers with a futex at every parallel region, ~50 us here for an empty one against ~1.5 us
+# when they spin, and that cost differs by machine more than any fixed threshold can follow
+# (measured here, passive, 2 threads vs 1: ReLU 38 vs 4 us at 32K elements, 94 vs 92 us at 1M,
+# 432 vs 771 us at 4M; four LayerNorm+GELU on 128x768 0.32 vs 0.22 ms).
 
 
 def pool_spins() -> bool:
@@ -39,22 +35,13 @@ def pool_spins() -> bool:
 
 def forget_policy() -> None:
     """Read the policy again at the next call (edgeops.ort.use_wait_policy changed it before
-    OpenMP started)."""
+    OpenMP started), and time every call's alone-or-pool choice again under it."""
     global _spins
     _spins = None
+    _CHOICES.clear()
 
 
 _spins: bool | None = None
-
-
-def small_elements() -> int:
-    """Below this many elements a memory-bound kernel runs on the calling thread only."""
-    return SMALL_ELEMENTS if pool_spins() else PASSIVE_SMALL_ELEMENTS
-
-
-def small_norm_elements() -> int:
-    """Below this many elements a norm kernel runs on the calling thread only."""
-    return SMALL_ELEMENTS if pool_spins() else SMALL_NORM_ELEMENTS
 
 
 SMALL_FLOPS = 4e6            # GEMM-like kernels: ~40 us at ~100 GFLOP/s
@@ -152,3 +139,37 @@ class ThreadChoice:
     def decided(self, threads: int):
         """The choice made for ``threads`` (True: the pool), or None while still timing."""
         return self._pick.get(threads)
+
+
+_CHOICES: dict = {}     # (kernel, shape, ...) -> ThreadChoice; cleared when it grows past 4096
+
+
+def choice(key) -> ThreadChoice:
+    """The process's :class:`ThreadChoice` for one recurring call (a kernel on one shape)."""
+    tc = _CHOICES.get(key)
+    if tc is None:
+        if len(_CHOICES) >= 4096:
+            _CHOICES.clear()
+        tc = _CHOICES[key] = ThreadChoice()
+    return tc
+
+
+@contextmanager
+def alone_or_pool(key, elements: int):
+    """Run the block's kernel call on the calling thread alone or on the pool, as its
+    :func:`choice` decides from timing this call's first runs both ways. Below
+    ``SMALL_ELEMENTS`` (tens of microseconds of work) it always runs alone."""
+    threads = num_threads()
+    if threads == 1 or elements < SMALL_ELEMENTS:
+        with at_most(1):
+            yield
+        return
+    tc = choice(key)
+    par = tc.parallel(threads)
+    t = time.perf_counter()
+    if par:
+        yield
+    else:
+        with at_most(1):
+            yield
+    tc.record(threads, par, time.perf_counter() - t)

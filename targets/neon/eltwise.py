@@ -12,7 +12,7 @@ from numba import njit, prange
 
 from edgeops.errors import EdgeOpsError
 from edgeops.targets.neon import epilogue as ep
-from edgeops.targets.neon._threads import serial_if, small_elements
+from edgeops.targets.neon._threads import alone_or_pool
 
 ADD, SUB, MUL, DIV = range(4)
 BINARY = {"Add": ADD, "Sub": SUB, "Mul": MUL, "Div": DIV}
@@ -87,7 +87,7 @@ def _f32(name, x):
 
 def activation_inplace(flat: np.ndarray, code: int, p0: float, p1: float) -> None:
     if code != ep.NONE:
-        with serial_if(flat.size < small_elements()):
+        with alone_or_pool(("act", flat.size, code, p0, p1), flat.size):
             _chain_kernel(flat, flat, np.asarray([[code, p0, p1]], np.float64))
 
 
@@ -96,7 +96,7 @@ def chain(x: np.ndarray, steps) -> np.ndarray:
     x = _f32("X", x)
     ch = steps if isinstance(steps, np.ndarray) else make_chain(steps)
     y = np.empty_like(x)
-    with serial_if(x.size < small_elements()):
+    with alone_or_pool(("chain", x.size, ch.tobytes()), x.size):
         _chain_kernel(x.reshape(-1), y.reshape(-1), ch)
     return y
 
@@ -124,6 +124,6 @@ def binary(a: np.ndarray, b: np.ndarray, op: str, steps=()) -> np.ndarray:
         bflat = np.ascontiguousarray(bb).reshape(-1)
     ch = steps if isinstance(steps, np.ndarray) else make_chain(steps)
     y = np.empty(shape, np.float32)
-    with serial_if(y.size < small_elements()):
+    with alone_or_pool(("binary", shape, op, bflat.size, inner, ch.tobytes()), y.size):
         _binary_kernel(a.reshape(-1), bflat, max(inner, 1), y.reshape(-1), BINARY[op], ch)
     return y

@@ -23,8 +23,8 @@ from numba import njit, prange
 
 from edgeops.errors import EdgeOpsError
 from edgeops.targets.neon import epilogue as ep
-from edgeops.targets.neon._threads import (SMALL_ELEMENTS, ThreadChoice, num_threads, serial_if,
-                                          small_norm_elements)
+from edgeops.targets.neon._threads import (SMALL_ELEMENTS, ThreadChoice, alone_or_pool, choice,
+                                          num_threads)
 
 _REDUCE = {"reassoc", "contract", "nsz"}  # no nnan/ninf: NaNs in the input must propagate
 
@@ -280,9 +280,18 @@ def _softmax_kernel(x, outer, length, inner, y):
                     yr[i] *= sm[i]
 
 
-def _pick(parallel, serial, elements):
-    """The serial kernel for small inputs or a one-thread pool, else the parallel one."""
-    return serial if elements < small_norm_elements() or num_threads() == 1 else parallel
+def _run(key, parallel, serial, elements, *args) -> None:
+    """``serial(*args)`` below SMALL_ELEMENTS or on a one-thread pool; otherwise whichever of it
+    and ``parallel`` the call's :func:`choice` has found faster (timing both on its first runs)."""
+    threads = num_threads()
+    if threads == 1 or elements < SMALL_ELEMENTS:
+        serial(*args)
+        return
+    tc = choice(key)
+    par = tc.parallel(threads)
+    t = time.perf_counter()
+    (parallel if par else serial)(*args)
+    tc.record(threads, par, time.perf_counter() - t)
 
 
 def _f32(who, name, t):
@@ -311,8 +320,8 @@ def layernorm(x, scale, bias=None, axis=-1, epsilon=1e-5, act=None) -> np.ndarra
     st = layernorm_stage(x.shape, scale, bias, axis, epsilon, act)
     y = np.empty_like(x)
     if x.size:
-        _pick(_layernorm_kernel, _layernorm_serial, x.size)(
-            x.reshape(-1), st.scale, st.bias, *st.part, st.eps, y.reshape(-1), *st.act)
+        _run(("layernorm", x.shape, st.act), _layernorm_kernel, _layernorm_serial, x.size,
+             x.reshape(-1), st.scale, st.bias, *st.part, st.eps, y.reshape(-1), *st.act)
     return y
 
 
@@ -323,8 +332,8 @@ def groupnorm(x, scale, bias, num_groups, epsilon=1e-5, act=None) -> np.ndarray:
     st = groupnorm_stage(x.shape, scale, bias, num_groups, epsilon, act)
     y = np.empty_like(x)
     if x.size:
-        _pick(_groupnorm_kernel, _groupnorm_serial, x.size)(
-            x.reshape(-1), st.scale, st.bias, *st.part, st.eps, y.reshape(-1), *st.act)
+        _run(("groupnorm", x.shape, st.part, st.act), _groupnorm_kernel, _groupnorm_serial, x.size,
+             x.reshape(-1), st.scale, st.bias, *st.part, st.eps, y.reshape(-1), *st.act)
     return y
 
 
@@ -465,7 +474,7 @@ def softmax(x, axis=-1) -> np.ndarray:
     if x.size:
         outer = math.prod(x.shape[:ax])
         inner = math.prod(x.shape[ax + 1:])
-        # exp per element: parallel pays from 32K even on a passive pool (93 vs 109 us)
-        with serial_if(x.size < SMALL_ELEMENTS):
+        # exp per element: parallel paid from 32K even on a passive pool (93 vs 109 us, once)
+        with alone_or_pool(("softmax", x.shape, ax), x.size):
             _softmax_kernel(x.reshape(-1), outer, x.shape[ax], inner, y.reshape(-1))
     return y

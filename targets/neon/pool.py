@@ -15,7 +15,7 @@ from numba import njit, prange
 
 from edgeops.errors import EdgeOpsError
 from edgeops.targets.neon import epilogue as ep
-from edgeops.targets.neon._threads import serial_if, small_elements
+from edgeops.targets.neon._threads import alone_or_pool
 
 # fastmath: "contract" only (mul+add -> FMA: one rounding, no reassociation, NaN/inf kept)
 _FM = {"contract"}
@@ -150,7 +150,9 @@ def pool2d(x, kind: str, kernel, strides, dilations, pads_begin, pads_end, out_h
     a = act if isinstance(act, tuple) else ep.activation(act)
     cols, spans = _columns(w, ow, s, int(strides[1]), int(dilations[1]), int(pads_begin[1]),
                            int(pads_end[1]), bool(count_include_pad))
-    with serial_if(x.size < small_elements()):
+    key = ("pool", x.shape, kind, tuple(kernel), tuple(strides), tuple(dilations),
+           tuple(pads_begin), tuple(pads_end), a)
+    with alone_or_pool(key, x.size):
         _pool_kernel(x.reshape(-1), y.reshape(-1), n * c, h, w, oh, ow, r, s, strides[0],
                      strides[1], dilations[0], dilations[1], pads_begin[0], pads_begin[1],
                      pads_end[0], pads_end[1], kind == "max", bool(count_include_pad), a[0], a[1],
@@ -200,6 +202,6 @@ def global_avgpool(x) -> np.ndarray:
     x = np.ascontiguousarray(x)
     size = int(np.prod(x.shape[2:], dtype=np.int64))
     y = np.empty(x.shape[:2] + (1,) * (x.ndim - 2), np.float32)
-    with serial_if(x.size < small_elements()):
+    with alone_or_pool(("gap", x.shape), x.size):
         _gap_kernel(x.reshape(-1), y.reshape(-1), x.shape[0] * x.shape[1], size)
     return y

@@ -234,6 +234,33 @@ def test_thread_choice_times_both_ways_then_keeps_the_faster():
         assert tc.decided(4) is None and tc.parallel(4) is False    # another pool: its own
 
 
+def test_alone_or_pool_alternates_then_keeps_one_way_per_call(rng):
+    """A call above SMALL_ELEMENTS runs alone, then on the pool, in turn, until its choice is
+    made, then always the chosen way; another shape is timed on its own; a small call always
+    runs alone. Results are the same every way (an elementwise chain, checked against numpy)."""
+    from edgeops.targets.neon import _threads as T
+    if numba.get_num_threads() < 2:
+        pytest.skip("choosing the pool needs a pool of 2+ threads; this process has 1")
+    pool = numba.get_num_threads()
+    seen = []
+    key = ("test", rng.integers(1 << 30))
+    for _ in range(2 * T.ThreadChoice().trials + 3):
+        with T.alone_or_pool(key, T.SMALL_ELEMENTS):
+            seen.append(T.num_threads())
+    made = T.choice(key).decided(pool)
+    assert made in (True, False)
+    n = 2 * T.ThreadChoice().trials
+    assert seen[:n] == [1, pool] * (n // 2)
+    assert set(seen[n:]) == {pool if made else 1}
+    assert T.choice(key + (1,)).decided(pool) is None
+    with T.alone_or_pool(key + (2,), T.SMALL_ELEMENTS - 1):
+        assert T.num_threads() == 1
+    x = rng.standard_normal(T.SMALL_ELEMENTS + 77).astype(np.float32)
+    for _ in range(n + 2):
+        np.testing.assert_allclose(eltwise.chain(x, ["relu", ("clip", 0.0, 0.5)]),
+                                   np.clip(x, 0, 0.5), rtol=0, atol=0)
+
+
 def test_a_recurring_chain_settles_on_one_way_with_the_same_numbers(rng, monkeypatch):
     """A Chain called again and again (as a region keeps it) times itself alone and on the
     pool, then keeps one; every call, whichever way it ran, gives the same numbers."""
@@ -283,8 +310,8 @@ def test_memory_bound_bad_inputs(rng):
                                        ({"OMP_WAIT_POLICY": "active"}, True),
                                        ({"GOMP_SPINCOUNT": "0"}, False),
                                        ({"GOMP_SPINCOUNT": "5000"}, True)])
-def test_serial_thresholds_follow_the_openmp_wait_policy(monkeypatch, env, spins):
-    """A passive pool's wake-up moves where kernels go parallel; GNU OpenMP's default spins."""
+def test_the_pool_policy_reading_follows_the_openmp_wait_policy(monkeypatch, env, spins):
+    """Whether the pool's workers spin between regions: GNU OpenMP's default does."""
     from edgeops.targets.neon import _threads as T
     for k in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT"):
         monkeypatch.delenv(k, raising=False)
@@ -292,5 +319,3 @@ def test_serial_thresholds_follow_the_openmp_wait_policy(monkeypatch, env, spins
         monkeypatch.setenv(k, v)
     monkeypatch.setattr(T, "_spins", None)
     assert T.pool_spins() is spins
-    assert T.small_elements() == (T.SMALL_ELEMENTS if spins else T.PASSIVE_SMALL_ELEMENTS)
-    assert T.small_norm_elements() == (T.SMALL_ELEMENTS if spins else T.SMALL_NORM_ELEMENTS)
