@@ -154,22 +154,29 @@ def choice(key) -> ThreadChoice:
     return tc
 
 
-@contextmanager
-def alone_or_pool(key, elements: int):
-    """Run the block's kernel call on the calling thread alone or on the pool, as its
-    :func:`choice` decides from timing this call's first runs both ways. Below
-    ``SMALL_ELEMENTS`` (tens of microseconds of work) it always runs alone."""
+def decide(key, elements: int):
+    """(the call's ThreadChoice or None, pool size, whether to use the pool) for a call of
+    ``elements``: alone below ``SMALL_ELEMENTS`` (tens of microseconds of work) or on a
+    one-thread pool (None: nothing to time); otherwise as the call's :class:`ThreadChoice`
+    (``key``: one itself, or a key of :func:`choice`, e.g. kernel and shape) decides from timing
+    its first runs both ways, which the caller reports with ``record``."""
     threads = num_threads()
     if threads == 1 or elements < SMALL_ELEMENTS:
-        with at_most(1):
-            yield
-        return
-    tc = choice(key)
-    par = tc.parallel(threads)
+        return None, threads, False
+    tc = key if isinstance(key, ThreadChoice) else choice(key)
+    return tc, threads, tc.parallel(threads)
+
+
+@contextmanager
+def alone_or_pool(key, elements: int):
+    """The block's kernel call on the calling thread alone or on the pool, as :func:`decide`
+    says (the block is timed for it); for kernels whose loops use the pool (prange)."""
+    tc, threads, par = decide(key, elements)
     t = time.perf_counter()
     if par:
         yield
     else:
         with at_most(1):
             yield
-    tc.record(threads, par, time.perf_counter() - t)
+    if tc is not None:
+        tc.record(threads, par, time.perf_counter() - t)

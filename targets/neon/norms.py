@@ -23,8 +23,7 @@ from numba import njit, prange
 
 from edgeops.errors import EdgeOpsError
 from edgeops.targets.neon import epilogue as ep
-from edgeops.targets.neon._threads import (SMALL_ELEMENTS, ThreadChoice, alone_or_pool, choice,
-                                          num_threads)
+from edgeops.targets.neon._threads import ThreadChoice, alone_or_pool, decide
 
 _REDUCE = {"reassoc", "contract", "nsz"}  # no nnan/ninf: NaNs in the input must propagate
 
@@ -281,17 +280,13 @@ def _softmax_kernel(x, outer, length, inner, y):
 
 
 def _run(key, parallel, serial, elements, *args) -> None:
-    """``serial(*args)`` below SMALL_ELEMENTS or on a one-thread pool; otherwise whichever of it
-    and ``parallel`` the call's :func:`choice` has found faster (timing both on its first runs)."""
-    threads = num_threads()
-    if threads == 1 or elements < SMALL_ELEMENTS:
-        serial(*args)
-        return
-    tc = choice(key)
-    par = tc.parallel(threads)
+    """``serial(*args)`` or ``parallel(*args)``, as :func:`decide` says for the call (a separate
+    serial function: no thread-count round trip, no region launch)."""
+    tc, threads, pool = decide(key, elements)
     t = time.perf_counter()
-    (parallel if par else serial)(*args)
-    tc.record(threads, par, time.perf_counter() - t)
+    (parallel if pool else serial)(*args)
+    if tc is not None:
+        tc.record(threads, pool, time.perf_counter() - t)
 
 
 def _f32(who, name, t):
@@ -442,19 +437,16 @@ class Chain:
             raise EdgeOpsError(f"neon chain: X is {x.shape}, the chain was made for {self.shape}")
         slot, kept, n_out = self._layout(keep if keep is None else tuple(keep))
         n, units = x.size, self.units
-        threads = num_threads()
-        tune = threads > 1 and n * self.k >= SMALL_ELEMENTS and units > 1
-        serial = not self.threads.parallel(threads) if tune else True
-        chunks = 1 if serial else min(units, threads)
+        tc, threads, pool = decide(self.threads, n * self.k if units > 1 else 0)
+        chunks = min(units, threads) if pool else 1
         y = np.empty(n_out * n + (chunks * 2 * (n // max(units, 1)) if n_out < self.k else 0),
                      np.float32)
         if n:
-            fn = self._fns[serial]
             t = time.perf_counter()
-            fn(x.reshape(-1), self.scale, self.bias, *self.part, self.eps, y, slot, self.act,
-               self.p0, self.p1, chunks)
-            if tune:
-                self.threads.record(threads, not serial, time.perf_counter() - t)
+            self._fns[not pool](x.reshape(-1), self.scale, self.bias, *self.part, self.eps, y,
+                                slot, self.act, self.p0, self.p1, chunks)
+            if tc is not None:
+                tc.record(threads, pool, time.perf_counter() - t)
         shape = x.shape
         return [y[j * n:(j + 1) * n].reshape(shape) if f else None
                 for j, f in zip(slot.tolist(), kept)]

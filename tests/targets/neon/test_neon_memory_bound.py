@@ -17,7 +17,7 @@ from edgeops.ops.layernorm_gelu import LayerNormGelu
 from edgeops.ops.layernorm import LayerNormalization
 from edgeops.ops.maxpool import MaxPool
 from edgeops.ops.softmax import Softmax
-from edgeops.targets.neon import _vmath as vm, eltwise, norms, pool
+from edgeops.targets.neon import _threads, _vmath as vm, eltwise, norms, pool
 
 TOL = dict(rtol=2e-5, atol=2e-5)
 
@@ -184,7 +184,7 @@ def test_norm_chains_match_the_references(rng, monkeypatch, parallel, keep):
     as None and the kept ones, the last always among them, still match."""
     if parallel and numba.get_num_threads() < 2:
         pytest.skip("the parallel chain needs a pool of 2+ threads; this process has 1")
-    monkeypatch.setattr(norms, "SMALL_ELEMENTS", 0)
+    monkeypatch.setattr(_threads, "SMALL_ELEMENTS", 0)
     monkeypatch.setattr(norms.ThreadChoice, "parallel", lambda self, threads: parallel)
     x = rng.standard_normal((3, 7, 33), dtype=np.float32) * 3 + 1
     acts = [("gelu", "none"), (None, None), ("gelu_tanh", "tanh"), ("gelu", "none")]
@@ -266,7 +266,7 @@ def test_a_recurring_chain_settles_on_one_way_with_the_same_numbers(rng, monkeyp
     pool, then keeps one; every call, whichever way it ran, gives the same numbers."""
     if numba.get_num_threads() < 2:
         pytest.skip("choosing the pool needs a pool of 2+ threads; this process has 1")
-    monkeypatch.setattr(norms, "SMALL_ELEMENTS", 0)
+    monkeypatch.setattr(_threads, "SMALL_ELEMENTS", 0)
     x = rng.standard_normal((5, 4, 31), dtype=np.float32)
     ch = norms.Chain([norms.layernorm_stage(x.shape, rng.standard_normal(31, dtype=np.float32),
                                             None, -1, 1e-5, "gelu") for _ in range(3)])
