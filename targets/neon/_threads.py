@@ -22,26 +22,10 @@ SMALL_ELEMENTS = 1 << 15     # memory-bound kernels: ~30 us of single-thread wor
 # 432 vs 771 us at 4M; four LayerNorm+GELU on 128x768 0.32 vs 0.22 ms).
 
 
-def pool_spins() -> bool:
-    """Whether OpenMP workers spin between parallel regions: GNU OpenMP's default and an active
-    policy do; ``OMP_WAIT_POLICY=PASSIVE`` (what edgeops.ort.register sets unless the user chose)
-    or ``GOMP_SPINCOUNT=0`` do not. Read once: OpenMP reads them once, when it starts."""
-    global _spins
-    if _spins is None:
-        from edgeops.ort import wait_policy
-        _spins = wait_policy() != "passive"
-    return _spins
-
-
 def forget_policy() -> None:
-    """Read the policy again at the next call (edgeops.ort.use_wait_policy changed it before
-    OpenMP started), and time every call's alone-or-pool choice again under it."""
-    global _spins
-    _spins = None
+    """Time every call's alone-or-pool choice again (edgeops.ort.use_wait_policy changed the
+    OpenMP wait policy before OpenMP started: the pool's cost changes with it)."""
     _CHOICES.clear()
-
-
-_spins: bool | None = None
 
 
 SMALL_FLOPS = 4e6            # GEMM-like kernels: ~40 us at ~100 GFLOP/s
@@ -104,10 +88,11 @@ class ThreadChoice:
     stands for what the kernel's own clock does not see: the pool's wake-up and join land partly
     outside the call, and its output sits in two cores' caches for whatever reads it next (in a
     session at 2 threads, the bridge's copies around a pooled LayerNorm+GELU chain took 0.05 +
-    0.045 ms vs 0.03 + 0.023 ms around a serial one). Fixed thresholds cannot make this call: a pool's wake-up costs ~5 us on a bare board
-    and 40-90 us, erratic, on a virtual machine whose idle vCPUs halt, where a passive pool made
-    four LayerNorm+GELU stages on 128x768 slower at 2 threads than at 1 inside a session
-    (0.29-0.36 vs 0.28 ms) and four GroupNorm+SiLU stages on 64x56x56 too (0.77 vs 0.63 ms).
+    0.045 ms vs 0.03 + 0.023 ms around a serial one). Fixed thresholds cannot make this call:
+    the pool's wake-up differs by machine and wait policy (40-90 us, erratic, on this virtual
+    machine whose idle vCPUs halt, where a passive pool made four LayerNorm+GELU stages on
+    128x768 slower at 2 threads than at 1 inside a session, 0.29-0.36 vs 0.28 ms, and four
+    GroupNorm+SiLU stages on 64x56x56 too, 0.77 vs 0.63 ms).
     One decision per thread count of the pool. Sessions on several threads may share the
     object: a lost sample under a race only delays the decision."""
     __slots__ = ("trials", "_times", "_pick")

@@ -306,16 +306,3 @@ def test_memory_bound_bad_inputs(rng):
         eltwise.chain(x, ["mish"])
 
 
-@pytest.mark.parametrize("env,spins", [({}, True), ({"OMP_WAIT_POLICY": "PASSIVE"}, False),
-                                       ({"OMP_WAIT_POLICY": "active"}, True),
-                                       ({"GOMP_SPINCOUNT": "0"}, False),
-                                       ({"GOMP_SPINCOUNT": "5000"}, True)])
-def test_the_pool_policy_reading_follows_the_openmp_wait_policy(monkeypatch, env, spins):
-    """Whether the pool's workers spin between regions: GNU OpenMP's default does."""
-    from edgeops.targets.neon import _threads as T
-    for k in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT"):
-        monkeypatch.delenv(k, raising=False)
-    for k, v in env.items():
-        monkeypatch.setenv(k, v)
-    monkeypatch.setattr(T, "_spins", None)
-    assert T.pool_spins() is spins
