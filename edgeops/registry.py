@@ -45,9 +45,11 @@ class Kernel:
     priority: int = 0
     doc: str = ""
     # the kernel as one stage of a fused chain, or None: stage(inputs, attrs, x_shape) -> an
-    # object with ``follows(previous stage)`` and ``chain(stages)``, a callable that runs the
-    # stages on X in one pass and returns each one's output (edgeops.ort.regions fuses
-    # consecutive stages of a region this way); inputs[0] is None, X comes at the call
+    # object with ``follows(previous stage)`` and ``chain(stages)``, a callable ``(X, keep)``
+    # that runs the stages on X in one pass and returns each one's output, None for a stage
+    # whose ``keep`` flag is false (nothing outside the chain reads it; the last is always
+    # returned) (edgeops.ort.regions fuses consecutive stages of a region this way);
+    # inputs[0] is None, X comes at the call
     stage: Callable | None = field(default=None, compare=False, repr=False)
 
     def applies(self, node: NodeLike) -> tuple[bool, str]:
