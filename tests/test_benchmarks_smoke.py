@@ -42,6 +42,17 @@ def test_neon_pool_quick():
     assert all(r["threads"] == 1 and r["edgeops_ms"] > 0 and r["ort_ms"] > 0 for r in doc["rows"])
 
 
+def test_region_breakdown_quick():
+    """The split of a package run nests (kernel inside region inside run), and keeping every
+    intermediate gives the same output (the script exits 1 otherwise)."""
+    (row,) = _run("region_breakdown.py")
+    assert row["model"] == "chain_ln_gelu" and row["runs"] == 16
+    for k in ("needed", "all"):
+        d = row[k]
+        assert 0 < d["kernel"] <= d["region"] <= d["total"]
+        assert d["before"] > 0 and d["after"] > 0
+
+
 @pytest.mark.parametrize("wait", [None, "spin"])
 def test_e2e_vs_ort_quick(wait):
     doc = _run("e2e_vs_ort.py", *(["--omp-wait", wait] if wait else []))
