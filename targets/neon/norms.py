@@ -169,7 +169,7 @@ def _groupnorm_serial(x, scale, bias, n, c, spatial, groups, eps, y, act, p0, p1
 # same (contiguous) type: views of two arrays would unify to a strided layout, which vectorised
 # worse (measured). Chunks: one per thread, each running its rows in order.
 @njit(cache=True, inline="always", fastmath=_FM, error_model="numpy")
-def _chain_dst(y, slot, s, n, off, blk, scr):
+def _chain_dst(slot, s, n, off, blk, scr):
     """Offset in ``y`` of stage s's output for the row (block) at ``off``."""
     return slot[s] * n + off if slot[s] >= 0 else scr + (s & 1) * blk
 
@@ -183,7 +183,7 @@ def _layernorm_chain_rows(x, scales, biases, rows, d, eps, y, slot, act, p0, p1,
         off = r * d
         src = x[off:off + d]
         for s in range(slot.shape[0]):
-            o = _chain_dst(y, slot, s, n, off, d, scr)
+            o = _chain_dst(slot, s, n, off, d, scr)
             dst = y[o:o + d]
             _layernorm_vec(src, scales[s], biases[s], d, eps[s], dst, act[s], p0[s], p1[s])
             src = dst
@@ -201,7 +201,7 @@ def _groupnorm_chain_tasks(x, scales, biases, n, c, spatial, groups, eps, y, slo
         off = t * blk
         src = x[off:off + blk]
         for s in range(slot.shape[0]):
-            o = _chain_dst(y, slot, s, tasks * blk, off, blk, scr)
+            o = _chain_dst(slot, s, tasks * blk, off, blk, scr)
             dst = y[o:o + blk]
             _groupnorm_block(src, scales[s], biases[s], cg, spatial, t % groups, eps[s], dst,
                              act[s], p0[s], p1[s], empty)
