@@ -28,6 +28,7 @@ _P0, _P1, _P2, _P3, _P4, _P5 = (np.float32(v) for v in (
 # this module (weighted linearised least squares in float64, error 1.6e-8 before rounding the
 # coefficients to float32). Beyond the clip erf rounds to +-1 in float32 (erfc(3.92) < 3e-8).
 _ERF_CLIP = np.float32(3.92)
+_ERF_CLIP2 = np.float32(3.92 * 3.92)
 _EP0, _EP1, _EP2, _EP3, _EP4, _EP5 = (np.float32(v) for v in (
     1.128378987312317, 0.1927632987499237, 0.0530603788793087, 0.0038682937156409025,
     0.0002874784986488521, 2.0347392819530796e-06))
@@ -86,12 +87,14 @@ def erf32(x):
     # float32 evaluation, not the fit, sets the error). Positive coefficients: Horner is stable.
     # The result is clamped to [-1, 1]: rounding lifts it to 1.0000002 near the clip, and GELU's
     # h + h*erf must be exactly 0 for large negative x (it was 7.6e22 at x=-1e30 unclamped).
-    # NaN propagates: Numba's min/max return NaN for a NaN operand.
-    xc = min(max(x, -_ERF_CLIP), _ERF_CLIP)
-    u = xc * xc
+    # Only u = x^2 is clipped, one op where clipping x took two (the loop is bound by its vector
+    # ops; 4% faster in LayerNorm+GELU): beyond the clip x * P/Q is x/clip times erf(clip) ~ 1,
+    # which the clamp takes to +-1 (an infinite x too). NaN propagates: Numba's min/max return NaN
+    # for a NaN operand.
+    u = min(x * x, _ERF_CLIP2)
     p = ((((_EP5 * u + _EP4) * u + _EP3) * u + _EP2) * u + _EP1) * u + _EP0
     q = ((((_EQ5 * u + _EQ4) * u + _EQ3) * u + _EQ2) * u + _EQ1) * u + _ONE
-    return min(max(xc * p / q, -_ONE), _ONE)
+    return min(max(x * p / q, -_ONE), _ONE)
 
 
 @njit(cache=True, inline="always", fastmath=_FM, error_model="numpy")

@@ -63,6 +63,31 @@ def test_layernorm_gelu(rng, shape, axis, approx):
     np.testing.assert_allclose(y, ref, **TOL)
 
 
+_ACTS64 = {"none": lambda v: v, "relu": lambda v: np.maximum(v, 0),
+           "silu": lambda v: v / (1 + np.exp(-v)), "leakyrelu": lambda v: np.where(v < 0, 0.01 * v, v),
+           "gelu": lambda v: Gelu.reference(v), "gelu_tanh": lambda v: Gelu.reference(v, approximate="tanh")}
+
+
+@pytest.mark.parametrize("rows", [1, 2, 5, 8])
+@pytest.mark.parametrize("parallel", [False, True])
+def test_layernorm_every_activation(rng, monkeypatch, rows, parallel):
+    """Every activation branch of the LayerNorm pass (the kernel takes any epilogue
+    activation; the fused ops use GELU and none), odd and even row counts, alone and on the
+    pool, against float64."""
+    if parallel and numba.get_num_threads() < 2:
+        pytest.skip("the parallel kernel needs a pool of 2+ threads; this process has 1")
+    monkeypatch.setattr(_threads, "SMALL_ELEMENTS", 0)
+    monkeypatch.setattr(norms.ThreadChoice, "parallel", lambda self, threads: parallel)
+    x = rng.standard_normal((rows, 45), dtype=np.float32) * 2 + 0.5
+    scale = rng.standard_normal(45, dtype=np.float32)
+    bias = rng.standard_normal(45, dtype=np.float32)
+    ln = LayerNormalization.reference(x.astype(np.float64), scale.astype(np.float64),
+                                      bias.astype(np.float64), axis=-1, epsilon=1e-5)
+    for act, ref in _ACTS64.items():
+        y = norms.layernorm(x, scale, bias, axis=-1, epsilon=1e-5, act=act)
+        np.testing.assert_allclose(y, ref(ln), **TOL, err_msg=act)
+
+
 @pytest.mark.parametrize("shape,groups", [((2, 6, 5, 7), 3), ((1, 64, 56, 56), 32),
                                           ((3, 8, 11), 8)])
 @pytest.mark.parametrize("act", ["none", "silu"])
