@@ -64,8 +64,10 @@ def test_layernorm_gelu(rng, shape, axis, approx):
 
 
 _ACTS64 = {"none": lambda v: v, "relu": lambda v: np.maximum(v, 0),
-           "silu": lambda v: v / (1 + np.exp(-v)), "leakyrelu": lambda v: np.where(v < 0, 0.01 * v, v),
-           "gelu": lambda v: Gelu.reference(v), "gelu_tanh": lambda v: Gelu.reference(v, approximate="tanh")}
+           "silu": lambda v: v / (1 + np.exp(-v)),
+           "leakyrelu": lambda v: np.where(v < 0, 0.01 * v, v),
+           "gelu": lambda v: Gelu.reference(v),
+           "gelu_tanh": lambda v: Gelu.reference(v, approximate="tanh")}
 
 
 @pytest.mark.parametrize("rows", [1, 2, 5, 8])
@@ -146,6 +148,12 @@ POOLS = [
      (2, 3, 9, 23)),
     # rows wider than a vector body, many planes (both threads' shares)
     ({"kernel_shape": (3, 3), "strides": (2, 2)}, (1, 40, 15, 71)),
+    # more than three valid rows (a pass per extra row), five taps (the general column path)
+    ({"kernel_shape": (5, 5), "pads": (2, 2, 2, 2)}, (1, 3, 9, 12)),
+    # 2x2 stride 2 (its own column loop), ragged width, ceil_mode overhang
+    ({"kernel_shape": (2, 2), "strides": (2, 2), "ceil_mode": 1}, (2, 3, 9, 13)),
+    # pads at the top and left only (a first row and column with one valid tap)
+    ({"kernel_shape": (2, 2), "strides": (2, 2), "pads": (1, 1, 0, 0)}, (1, 2, 5, 6)),
 ]
 
 
