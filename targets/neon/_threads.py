@@ -152,6 +152,39 @@ def decide(key, elements: int):
     return tc, threads, tc.parallel(threads)
 
 
+def run(key, parallel, serial, elements: int, *args) -> None:
+    """``parallel(*args)`` on the pool or alone, as :func:`decide` says for the call, timed for
+    it: for kernels compiled twice, a prange loop and its serial twin (see :func:`launch`)."""
+    tc, threads, pool = decide(key, elements)
+    t = time.perf_counter()
+    launch(parallel, serial, pool, elements, *args)
+    if tc is not None:
+        tc.record(threads, pool, time.perf_counter() - t)
+
+
+def launch(parallel, serial, pool: bool, elements: int, *args) -> None:
+    """Run a kernel compiled twice: ``parallel`` (a prange loop) on the pool when ``pool``;
+    alone, ``serial`` for a small call (no parallel-region launch, ~1.5 us, nor thread-count
+    round trip, ~2 us) and ``parallel`` on a one-thread team otherwise. Numba compiles a prange
+    body with its arrays marked noalias once its alias analysis finds none, so LLVM vectorises
+    it without runtime overlap checks; the serial twin gets no such mark and measured slower on
+    the same thread: LayerNorm on 128x768 0.027 vs 0.044 ms, with GELU 0.066 vs 0.076, GroupNorm
+    +SiLU on 64x56x56 0.153 vs 0.167, four LayerNorm+GELU chained 0.275 vs 0.307 ms."""
+    if pool:
+        parallel(*args)
+    elif elements < SMALL_ELEMENTS:
+        serial(*args)
+    else:
+        before = num_threads()
+        if before > 1:
+            _set(1)
+        try:
+            parallel(*args)
+        finally:
+            if before > 1:
+                _set(before)
+
+
 @contextmanager
 def alone_or_pool(key, elements: int):
     """The block's kernel call on the calling thread alone or on the pool, as :func:`decide`

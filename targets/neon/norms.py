@@ -23,7 +23,7 @@ from numba import njit, prange
 
 from edgeops.errors import EdgeOpsError
 from edgeops.targets.neon import epilogue as ep
-from edgeops.targets.neon._threads import ThreadChoice, alone_or_pool, decide
+from edgeops.targets.neon._threads import ThreadChoice, alone_or_pool, decide, launch, run
 
 _REDUCE = {"reassoc", "contract", "nsz"}  # no nnan/ninf: NaNs in the input must propagate
 
@@ -128,8 +128,10 @@ def _groupnorm_task(x, scale, bias, cg, spatial, groups, eps, y, act, p0, p1, em
 
 # Each kernel twice, parallel and serial (separate functions, not one py_func compiled twice:
 # Numba's disk cache keys entries by function and signature, not by the parallel flag). The
-# serial one serves one-thread runs and small inputs: a parallel region costs ~1.5 us to launch
-# even on a one-thread pool (measured), and needs no set_num_threads round trip.
+# serial one serves small inputs: a parallel region costs ~1.5 us to launch even on a one-thread
+# team (measured), and needs no set_num_threads round trip; larger calls that run alone take the
+# parallel one on a one-thread team, whose loop body Numba compiles with noalias arrays
+# (_threads.launch: measured faster).
 @njit(parallel=True, cache=True, fastmath=_FM, error_model="numpy")
 def _layernorm_kernel(x, scale, bias, rows, d, eps, y, act, p0, p1):
     for r in prange(rows):
@@ -279,16 +281,6 @@ def _softmax_kernel(x, outer, length, inner, y):
                     yr[i] *= sm[i]
 
 
-def _run(key, parallel, serial, elements, *args) -> None:
-    """``serial(*args)`` or ``parallel(*args)``, as :func:`decide` says for the call (a separate
-    serial function: no thread-count round trip, no region launch)."""
-    tc, threads, pool = decide(key, elements)
-    t = time.perf_counter()
-    (parallel if pool else serial)(*args)
-    if tc is not None:
-        tc.record(threads, pool, time.perf_counter() - t)
-
-
 def _f32(who, name, t):
     if not isinstance(t, np.ndarray) or t.dtype != np.float32:
         raise EdgeOpsError(f"neon {who}: {name} must be a float32 numpy array, got "
@@ -315,8 +307,8 @@ def layernorm(x, scale, bias=None, axis=-1, epsilon=1e-5, act=None) -> np.ndarra
     st = layernorm_stage(x.shape, scale, bias, axis, epsilon, act)
     y = np.empty_like(x)
     if x.size:
-        _run(("layernorm", x.shape, st.act), _layernorm_kernel, _layernorm_serial, x.size,
-             x.reshape(-1), st.scale, st.bias, *st.part, st.eps, y.reshape(-1), *st.act)
+        run(("layernorm", x.shape, st.act), _layernorm_kernel, _layernorm_serial, x.size,
+            x.reshape(-1), st.scale, st.bias, *st.part, st.eps, y.reshape(-1), *st.act)
     return y
 
 
@@ -327,8 +319,8 @@ def groupnorm(x, scale, bias, num_groups, epsilon=1e-5, act=None) -> np.ndarray:
     st = groupnorm_stage(x.shape, scale, bias, num_groups, epsilon, act)
     y = np.empty_like(x)
     if x.size:
-        _run(("groupnorm", x.shape, st.part, st.act), _groupnorm_kernel, _groupnorm_serial, x.size,
-             x.reshape(-1), st.scale, st.bias, *st.part, st.eps, y.reshape(-1), *st.act)
+        run(("groupnorm", x.shape, st.part, st.act), _groupnorm_kernel, _groupnorm_serial, x.size,
+            x.reshape(-1), st.scale, st.bias, *st.part, st.eps, y.reshape(-1), *st.act)
     return y
 
 
@@ -408,8 +400,8 @@ class Chain:
         self.threads = ThreadChoice()    # alone or on the pool: timed on the first calls
         ln = self.kind == "layernorm"
         self.units = self.part[0] * (1 if ln else self.part[3])   # rows, or (image, group) blocks
-        self._fns = {True: _layernorm_chain_serial if ln else _groupnorm_chain_serial,
-                     False: _layernorm_chain if ln else _groupnorm_chain}
+        self._fns = ((_layernorm_chain, _layernorm_chain_serial) if ln else
+                     (_groupnorm_chain, _groupnorm_chain_serial))      # (parallel, serial)
         self._layouts: dict = {}
 
     def _layout(self, keep) -> tuple:
@@ -443,8 +435,8 @@ class Chain:
                      np.float32)
         if n:
             t = time.perf_counter()
-            self._fns[not pool](x.reshape(-1), self.scale, self.bias, *self.part, self.eps, y,
-                                slot, self.act, self.p0, self.p1, chunks)
+            launch(*self._fns, pool, n * self.k, x.reshape(-1), self.scale, self.bias,
+                   *self.part, self.eps, y, slot, self.act, self.p0, self.p1, chunks)
             if tc is not None:
                 tc.record(threads, pool, time.perf_counter() - t)
         shape = x.shape

@@ -249,6 +249,21 @@ def test_norm_chains_match_the_references(rng, monkeypatch, parallel, keep):
             np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-4)
 
 
+def test_launch_runs_large_alone_calls_on_a_one_thread_team():
+    """A kernel compiled twice runs its serial twin for a small call, its prange loop on a
+    one-thread team for a larger call that runs alone (its body is compiled with noalias
+    arrays), and on the whole pool when told; the pool's size is put back afterwards."""
+    n = numba.get_num_threads()
+    seen = []
+    par = lambda tag: seen.append((tag, "parallel", _threads.num_threads()))   # noqa: E731
+    ser = lambda tag: seen.append((tag, "serial", _threads.num_threads()))     # noqa: E731
+    _threads.launch(par, ser, False, _threads.SMALL_ELEMENTS - 1, "small")
+    _threads.launch(par, ser, False, _threads.SMALL_ELEMENTS, "alone")
+    _threads.launch(par, ser, True, _threads.SMALL_ELEMENTS, "pool")
+    assert seen == [("small", "serial", n), ("alone", "parallel", 1), ("pool", "parallel", n)]
+    assert _threads.num_threads() == n
+
+
 def test_thread_choice_times_both_ways_then_keeps_the_faster():
     """ThreadChoice alternates alone / pool until it has ``trials`` timings of each, then keeps
     the one with the lower median (the first timing of each left out), per pool size."""
