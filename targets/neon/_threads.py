@@ -153,8 +153,8 @@ def decide(key, elements: int):
 
 
 def run(key, parallel, serial, elements: int, *args) -> None:
-    """``parallel(*args)`` on the pool or alone, as :func:`decide` says for the call, timed for
-    it: for kernels compiled twice, a prange loop and its serial twin (see :func:`launch`)."""
+    """A kernel compiled twice (``parallel``, a prange loop, and its ``serial`` twin) run on the
+    pool or alone as :func:`decide` says for the call (see :func:`launch`), timed for it."""
     tc, threads, pool = decide(key, elements)
     t = time.perf_counter()
     launch(parallel, serial, pool, elements, *args)
