@@ -57,14 +57,39 @@ def test_int8_gemm_on_arm_is_exact(rng):
 
 
 @on_arm
-def test_layernorm_gelu_on_arm(rng):
+@pytest.mark.parametrize("shape", [(5, 40), (48, 700)])    # the serial twin; the prange kernel
+def test_layernorm_gelu_on_arm(rng, shape):
     from edgeops.ops.layernorm_gelu import LayerNormGelu
     from edgeops.targets.neon import norms
-    x = rng.standard_normal((5, 40), dtype=np.float32)
-    s, b = rng.standard_normal(40, dtype=np.float32), rng.standard_normal(40, dtype=np.float32)
+    x = rng.standard_normal(shape, dtype=np.float32)
+    d = shape[-1]
+    s, b = rng.standard_normal(d, dtype=np.float32), rng.standard_normal(d, dtype=np.float32)
     ref = LayerNormGelu.reference(x.astype(np.float64), s.astype(np.float64),
                                   b.astype(np.float64), axis=-1, epsilon=1e-5, approximate="none")
     np.testing.assert_allclose(norms.layernorm(x, s, b, act="gelu"), ref, rtol=3e-5, atol=3e-5)
+
+
+@on_arm
+def test_pooling_on_arm(rng):
+    """The padded-row pooling kernel as aarch64 code: 3x3 stride 2 max with pads, 3x3 stride 1
+    average counting the pads, 2x2 stride 2 max with ceil_mode."""
+    from edgeops.ops.averagepool import AveragePool
+    from edgeops.ops.maxpool import MaxPool
+    from edgeops.targets.neon import pool
+    x = rng.standard_normal((1, 4, 11, 10), dtype=np.float32)
+    base = {"auto_pad": "NOTSET", "dilations": None, "ceil_mode": 0}
+    for kind, attrs in [("max", {"kernel_shape": (3, 3), "strides": (2, 2), "pads": (1, 1, 1, 1)}),
+                        ("avg", {"kernel_shape": (3, 3), "strides": (1, 1), "pads": (1, 1, 1, 1),
+                                 "count_include_pad": 1}),
+                        ("max", {"kernel_shape": (2, 2), "strides": (2, 2), "pads": None,
+                                 "ceil_mode": 1})]:
+        full = {**base, **attrs}
+        if kind == "max":
+            ref = MaxPool.reference(x, **full, storage_order=0)
+        else:
+            ref = AveragePool.reference(x.astype(np.float64), **full)
+        np.testing.assert_allclose(pool.pool_from_attrs(x, kind, dict(attrs)), ref, rtol=2e-5,
+                                   atol=2e-5, err_msg=f"{kind} {attrs}")
 
 
 @on_arm
@@ -109,4 +134,4 @@ def test_subset_under_qemu(unavailable):
     tail = (run.stdout + run.stderr)[-3000:]
     assert run.returncode == 0, tail
     passed = re.search(r"(\d+) passed", run.stdout)
-    assert passed and int(passed.group(1)) >= 5, tail   # every on_arm test ran, none skipped
+    assert passed and int(passed.group(1)) >= 7, tail   # every on_arm test ran, none skipped
