@@ -49,8 +49,8 @@ def _pool_kernel(x, y, planes, H, W, OH, OW, R, S, sh, sw, dh, dw, ph, pw, eh, i
             vp[i] = fill
         for oh in range(OH):
             nrows = 0       # rows average pooling counts
-            nvalid = 0      # rows inside the input; the first three of them:
-            r0 = r1 = r2 = 0
+            nvalid = 0      # rows inside the input: r0, r0 + dh, ... (a window's valid rows
+            r0 = 0          # are consecutive taps)
             for r in range(R):
                 ih = oh * sh + r * dh - ph
                 if include_pad and -ph <= ih < H + eh:
@@ -60,11 +60,7 @@ def _pool_kernel(x, y, planes, H, W, OH, OW, R, S, sh, sw, dh, dw, ph, pw, eh, i
                 if not include_pad:
                     nrows += 1
                 if nvalid == 0:
-                    r0 = r1 = r2 = ih
-                elif nvalid == 1:
-                    r1 = r2 = ih
-                elif nvalid == 2:
-                    r2 = ih
+                    r0 = ih
                 nvalid += 1
             yr = U(yb + oh * OW)
             d = np.float32(max(nrows, 1))   # average pooling's divisor: cols[q] * d
@@ -72,7 +68,7 @@ def _pool_kernel(x, y, planes, H, W, OH, OW, R, S, sh, sw, dh, dw, ph, pw, eh, i
                 for q in range(OW):
                     y[yr + U(q)] = fill if is_max else fill / (cols[q] * d)
             else:
-                _rows(x, vp, U(xb), W, pw, r0, r1, r2, nvalid, R, oh, sh, dh, ph, H, is_max)
+                _rows(x, vp, U(xb), W, pw, r0, dh, nvalid, is_max)
                 _taps(vp, y, yr, OW, S, sw, dw, is_max, cols, d)
             if act != ep.NONE:
                 out = y[yr:yr + U(OW)]
@@ -80,10 +76,13 @@ def _pool_kernel(x, y, planes, H, W, OH, OW, R, S, sh, sw, dh, dw, ph, pw, eh, i
 
 
 @njit(cache=True, inline="always", fastmath=_FM, error_model="numpy")
-def _rows(x, vp, xb, W, pw, r0, r1, r2, nvalid, R, oh, sh, dh, ph, H, is_max):
-    """The window's valid input rows reduced into ``vp[pw:pw + W]``."""
+def _rows(x, vp, xb, W, pw, r0, dh, nvalid, is_max):
+    """The window's ``nvalid`` valid input rows (r0, r0 + dh, ...) reduced into
+    ``vp[pw:pw + W]``; a max over fewer than three repeats its last row."""
     o = U(pw)
-    a0, a1, a2 = xb + U(r0 * W), xb + U(r1 * W), xb + U(r2 * W)
+    a0 = xb + U(r0 * W)
+    a1 = xb + U((r0 + min(1, nvalid - 1) * dh) * W)
+    a2 = xb + U((r0 + min(2, nvalid - 1) * dh) * W)
     if is_max and nvalid <= 3:
         for i in range(W):
             vp[o + U(i)] = max(max(x[a0 + U(i)], x[a1 + U(i)]), x[a2 + U(i)])
@@ -96,15 +95,8 @@ def _rows(x, vp, xb, W, pw, r0, r1, r2, nvalid, R, oh, sh, dh, ph, H, is_max):
     else:
         for i in range(W):
             vp[o + U(i)] = x[a0 + U(i)]
-        k = 0
-        for r in range(R):          # more than three rows: one more pass each
-            ih = oh * sh + r * dh - ph
-            if ih < 0 or ih >= H:
-                continue
-            k += 1
-            if k == 1:
-                continue
-            ar = xb + U(ih * W)
+        for k in range(1, nvalid):  # more than three rows: one more pass each
+            ar = xb + U((r0 + k * dh) * W)
             if is_max:
                 for i in range(W):
                     vp[o + U(i)] = max(vp[o + U(i)], x[ar + U(i)])
