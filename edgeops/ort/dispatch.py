@@ -101,9 +101,8 @@ class _Dispatch:
 
     def call(self, inputs):
         if self.threads is not None:
-            from edgeops.targets.neon._threads import at_most
-            with at_most(self.threads):
-                return self._call(inputs)
+            from edgeops.targets.neon._threads import capped
+            return capped(self.threads, self._call, inputs)
         return self._call(inputs)
 
     def _call(self, inputs):

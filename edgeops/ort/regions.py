@@ -38,6 +38,8 @@ import time
 
 import numpy as np
 
+from edgeops.targets.neon._threads import capped
+
 IN_SIZES = (1, 2, 3, 4, 6, 8, 12, 16)
 OUT_SIZES = (1, 2, 3, 4)
 PREFIX = "Region_"
@@ -208,9 +210,7 @@ class _Region:
 
     def __call__(self, inputs):
         if self.threads is not None:     # once for the region, not once per inner node
-            from edgeops.targets.neon._threads import at_most
-            with at_most(self.threads):
-                return self._run(inputs)
+            return capped(self.threads, self._run, inputs)
         return self._run(inputs)
 
     def _run(self, inputs):

@@ -264,6 +264,23 @@ def test_launch_runs_large_alone_calls_on_a_one_thread_team():
     assert _threads.num_threads() == n
 
 
+def test_capped_lowers_the_count_for_the_call_and_puts_it_back():
+    """capped(n, fn, *args) returns fn's result with at most n threads inside (never more than
+    the caller had), and restores the caller's count after, also when fn raises."""
+    n = numba.get_num_threads()
+    seen = lambda *a: (a, _threads.num_threads())    # noqa: E731
+    assert _threads.capped(1, seen, "x", 2) == (("x", 2), 1)
+    assert _threads.capped(n + 3, seen) == ((), n)
+    assert _threads.num_threads() == n
+
+    def boom():
+        assert _threads.num_threads() == 1
+        raise KeyError("inside")
+    with pytest.raises(KeyError, match="inside"):
+        _threads.capped(1, boom)
+    assert _threads.num_threads() == n
+
+
 def test_thread_choice_times_both_ways_then_keeps_the_faster():
     """ThreadChoice alternates alone / pool until it has ``trials`` timings of each, then keeps
     the one with the lower median (the first timing of each left out), per pool size."""
