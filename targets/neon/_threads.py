@@ -8,6 +8,7 @@ of work, one thread is faster and immune to that.
 from __future__ import annotations
 
 import time
+from collections import deque
 from contextlib import contextmanager
 
 import numba
@@ -94,51 +95,99 @@ def serial_if(small: bool):
         yield
 
 
+class _Timing:
+    __slots__ = ("calls", "serial", "pooled", "pick")
+
+    def __init__(self, trials: int):
+        self.calls = 0                          # since timing began, or since the last revisit
+        self.serial: deque = deque(maxlen=trials)    # the latest counted seconds of each way
+        self.pooled: deque = deque(maxlen=trials)
+        self.pick = None                        # True: the pool; None: still timing
+
+
 class ThreadChoice:
     """Whether a recurring call (one kernel, one shape: a fused chain in a region) runs faster on
-    the calling thread alone or on the pool, decided by timing its own first calls on this
-    machine, as ONNX Runtime's TunableOp and cuDNN's benchmark mode pick among implementations:
-    the first ``2 * trials`` calls alternate between the two, then the pool stays if its median
-    is below ``POOL_MARGIN`` times the calling thread's, else the calling thread does. The margin
-    stands for what the kernel's own clock does not see: the pool's wake-up and join land partly
-    outside the call, and its output sits in two cores' caches for whatever reads it next (in a
-    session at 2 threads, the bridge's copies around a pooled LayerNorm+GELU chain took 0.05 +
-    0.045 ms vs 0.03 + 0.023 ms around a serial one). Fixed thresholds cannot make this call:
-    the pool's wake-up differs by machine and wait policy (40-90 us, erratic, on this virtual
-    machine whose idle vCPUs halt, where a passive pool made four LayerNorm+GELU stages on
-    128x768 slower at 2 threads than at 1 inside a session, 0.29-0.36 vs 0.28 ms, and four
+    the calling thread alone or on the pool, decided by timing its own calls on this machine, as
+    ONNX Runtime's TunableOp and cuDNN's benchmark mode pick among implementations: the first
+    calls run in blocks of ``block`` one way, then ``block`` the other, until each way has
+    ``trials`` timings; the pool is kept if its median is below ``POOL_MARGIN`` times the calling
+    thread's, else the calling thread is. Blocks, not call-by-call alternation, so that each way
+    is timed as it runs once chosen (a pool whose workers spin a while after a region, ``edgeops
+    compile --omp-wait spin``, finds them awake on back-to-back calls but not after a call that
+    left them idle), and the first call of a block, which pays that switch (and a compile or a
+    cold cache on the very first call), is not counted.
+    Every ``revisit`` calls after a choice, ``trials + 1`` calls run the other way and the choice
+    is made again from their timings against the chosen way's latest: what else the process runs
+    changes which way is faster, and one unlucky start must not fix it for good (a package at 2
+    threads timed its first calls between a plain ONNX Runtime session's runs, whose spinning
+    workers held the second core: four LayerNorm+GELU on 128x768 took 0.9-1.5 ms on the pool
+    against 0.33-0.39 ms alone, so it stayed alone at 0.40-0.44 ms a run, where the pool then
+    ran it in 0.25-0.31 ms). That costs ``(trials + 1) / revisit`` of the calls the other way.
+    The margin stands for what the kernel's own clock does not see: the pool's wake-up and join
+    land partly outside the call, and its output sits in two cores' caches for whatever reads it
+    next (in a session at 2 threads, the bridge's copies around a pooled LayerNorm+GELU chain
+    took 0.05 + 0.045 ms vs 0.03 + 0.023 ms around a serial one). Fixed thresholds cannot make
+    this call: the pool's wake-up differs by machine and wait policy (40-90 us, erratic, on this
+    virtual machine whose idle vCPUs halt, where a passive pool made four LayerNorm+GELU stages
+    on 128x768 slower at 2 threads than at 1 inside a session, 0.29-0.36 vs 0.28 ms, and four
     GroupNorm+SiLU stages on 64x56x56 too, 0.77 vs 0.63 ms).
-    One decision per thread count of the pool. Sessions on several threads may share the
-    object: a lost sample under a race only delays the decision."""
-    __slots__ = ("trials", "_times", "_pick")
+    One choice per thread count of the pool. Sessions on several threads may share the object:
+    a lost or misplaced sample under a race only delays a choice."""
+    __slots__ = ("trials", "block", "revisit", "_by_threads")
     POOL_MARGIN = 0.85
+    BLOCK = 3
+    REVISIT = 256
 
-    def __init__(self, trials: int = 5):
-        self.trials = trials
-        self._times: dict[int, tuple[list, list]] = {}
-        self._pick: dict[int, bool] = {}
+    def __init__(self, trials: int = 4, block: int = BLOCK, revisit: int = REVISIT):
+        if block < 2 or revisit <= trials:
+            raise ValueError("a block needs a counted call after its first, and a revisit must "
+                             "leave calls between")
+        self.trials, self.block, self.revisit = trials, block, revisit
+        self._by_threads: dict[int, _Timing] = {}
 
     def parallel(self, threads: int) -> bool:
         """Whether the next call should use the pool of ``threads`` (> 1)."""
-        pick = self._pick.get(threads)
-        if pick is not None:
-            return pick
-        serial, pooled = self._times.setdefault(threads, ([], []))
-        return len(pooled) < len(serial)
+        t = self._by_threads.get(threads)
+        if t is None:
+            return False
+        if t.pick is None:
+            return (t.calls // self.block) % 2 == 1
+        return t.pick if t.calls < self.revisit else not t.pick
 
     def record(self, threads: int, parallel: bool, seconds: float) -> None:
-        if threads in self._pick:
-            return
-        serial, pooled = self._times.setdefault(threads, ([], []))
-        (pooled if parallel else serial).append(seconds)
-        if min(len(serial), len(pooled)) >= self.trials:
-            # the first call of each may pay a compile or a cold cache: left out when there are more
-            s, p = sorted(serial[1:] or serial), sorted(pooled[1:] or pooled)
-            self._pick[threads] = p[len(p) // 2] < self.POOL_MARGIN * s[len(s) // 2]
+        """The seconds of a call that :meth:`parallel` placed (``parallel``: how it ran)."""
+        t = self._by_threads.get(threads)
+        if t is None:
+            t = self._by_threads[threads] = _Timing(self.trials)
+        n = t.calls
+        t.calls = n + 1
+        ways = t.pooled if parallel else t.serial
+        if t.pick is None:               # first timing, in blocks
+            if n % self.block:
+                ways.append(seconds)
+            if len(t.serial) == len(t.pooled) == self.trials:
+                self._choose(t)
+        elif n < self.revisit:           # the chosen way's latest calls
+            ways.append(seconds)
+        elif n > self.revisit:           # the other way's (its first call paid the switch)
+            ways.append(seconds)
+            if n - self.revisit >= self.trials:
+                self._choose(t)
+
+    def _choose(self, t: _Timing) -> None:
+        s, p = sorted(t.serial), sorted(t.pooled)
+        t.pick = p[len(p) // 2] < self.POOL_MARGIN * s[len(s) // 2]
+        t.calls = 0
 
     def decided(self, threads: int):
-        """The choice made for ``threads`` (True: the pool), or None while still timing."""
-        return self._pick.get(threads)
+        """The choice made for ``threads`` (True: the pool), or None while first timing."""
+        t = self._by_threads.get(threads)
+        return None if t is None else t.pick
+
+    def calls_to_decide(self) -> int:
+        """How many calls, one after another, the first choice takes."""
+        rounds = -(-self.trials // (self.block - 1))
+        return 2 * self.block * rounds
 
 
 _CHOICES: dict = {}     # (kernel, shape, ...) -> ThreadChoice; cleared when it grows past 4096

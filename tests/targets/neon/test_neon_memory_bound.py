@@ -281,27 +281,62 @@ def test_capped_lowers_the_count_for_the_call_and_puts_it_back():
     assert _threads.num_threads() == n
 
 
-def test_thread_choice_times_both_ways_then_keeps_the_faster():
-    """ThreadChoice alternates alone / pool until it has ``trials`` timings of each, then keeps
-    the one with the lower median (the first timing of each left out), per pool size."""
+def test_thread_choice_times_both_ways_in_blocks_then_keeps_the_faster():
+    """ThreadChoice runs blocks of ``block`` calls alone, then on the pool, in turn, until each
+    way has ``trials`` timings (a block's first call, which pays the switch, not counted), then
+    keeps the way with the lower median, per pool size."""
     from edgeops.targets.neon._threads import ThreadChoice
     for pool_s, serial_s, want in ((1.0, 2.0, True), (3.0, 2.0, False)):
-        tc = ThreadChoice(trials=3)
+        tc = ThreadChoice(trials=4, block=3)
+        assert tc.calls_to_decide() == 12
         seen = []
-        for _ in range(6):
+        for i in range(12):
             par = tc.parallel(2)
             seen.append(par)
             assert tc.decided(2) is None
-            # a slow first call of the faster way must not decide it
-            tc.record(2, par, (pool_s if par else serial_s) * (10 if len(seen) <= 2 else 1))
-        assert seen == [False, True] * 3 and tc.decided(2) is want
+            # each block's first call is slow the other way round: it must not count
+            first = i % 3 == 0
+            tc.record(2, par, (serial_s if par else pool_s) * 10 if first else
+                      (pool_s if par else serial_s))
+        assert seen == ([False] * 3 + [True] * 3) * 2 and tc.decided(2) is want
         assert all(tc.parallel(2) is want for _ in range(3))
         assert tc.decided(4) is None and tc.parallel(4) is False    # another pool: its own
 
 
-def test_alone_or_pool_alternates_then_keeps_one_way_per_call(rng):
-    """A call above SMALL_ELEMENTS runs alone, then on the pool, in turn, until its choice is
-    made, then always the chosen way; another shape is timed on its own; a small call always
+def test_thread_choice_revisits_its_choice():
+    """After a choice, every ``revisit`` calls ``trials + 1`` run the other way (the first not
+    counted) and the choice is made again against the chosen way's latest timings: a start
+    timed while something else held the cores does not fix the slower way for good."""
+    from edgeops.targets.neon._threads import ThreadChoice
+    tc = ThreadChoice(trials=2, block=2, revisit=10)
+    cost = {True: 5.0, False: 2.0}           # the pool is slow while the choice is first timed
+
+    def calls(n):
+        ways = []
+        for _ in range(n):
+            par = tc.parallel(2)
+            ways.append(par)
+            tc.record(2, par, cost[par])
+        return ways
+    assert calls(tc.calls_to_decide()) == [False, False, True, True] * 2
+    assert tc.decided(2) is False
+    cost[True] = 1.0                          # the cores are free again
+    assert calls(10) == [False] * 10          # the choice holds until the revisit
+    assert calls(3) == [True] * 3             # trials + 1 the other way
+    assert tc.decided(2) is True
+    cost[True] = 9.0
+    assert calls(10) == [True] * 10
+    assert calls(3) == [False] * 3 and tc.decided(2) is False   # and back when it pays
+    cost[True] = 1.0
+    assert calls(10) == [False] * 10
+    # a revisit that finds the other way no faster keeps the choice
+    cost[True] = 1.9
+    assert calls(3) == [True] * 3 and tc.decided(2) is False
+
+
+def test_alone_or_pool_times_both_ways_then_keeps_one_way_per_call(rng):
+    """A call above SMALL_ELEMENTS runs alone, then on the pool, in blocks, until its choice is
+    made, then the chosen way; another shape is timed on its own; a small call always
     runs alone. Results are the same every way (an elementwise chain, checked against numpy)."""
     from edgeops.targets.neon import _threads as T
     if numba.get_num_threads() < 2:
@@ -309,13 +344,14 @@ def test_alone_or_pool_alternates_then_keeps_one_way_per_call(rng):
     pool = numba.get_num_threads()
     seen = []
     key = ("test", rng.integers(1 << 30))
-    for _ in range(2 * T.ThreadChoice().trials + 3):
+    tc = T.ThreadChoice()
+    n, b = tc.calls_to_decide(), tc.block
+    for _ in range(n + 3):
         with T.alone_or_pool(key, T.SMALL_ELEMENTS):
             seen.append(T.num_threads())
     made = T.choice(key).decided(pool)
     assert made in (True, False)
-    n = 2 * T.ThreadChoice().trials
-    assert seen[:n] == [1, pool] * (n // 2)
+    assert seen[:n] == ([1] * b + [pool] * b) * (n // (2 * b))
     assert set(seen[n:]) == {pool if made else 1}
     assert T.choice(key + (1,)).decided(pool) is None
     with T.alone_or_pool(key + (2,), T.SMALL_ELEMENTS - 1):
@@ -336,7 +372,7 @@ def test_a_recurring_chain_settles_on_one_way_with_the_same_numbers(rng, monkeyp
     ch = norms.Chain([norms.layernorm_stage(x.shape, rng.standard_normal(31, dtype=np.float32),
                                             None, -1, 1e-5, "gelu") for _ in range(3)])
     first = ch(x, (False, False, True))[-1]
-    runs = 2 * ch.threads.trials + 2
+    runs = ch.threads.calls_to_decide() + 2
     for _ in range(runs):
         np.testing.assert_array_equal(ch(x, (False, False, True))[-1], first)
     assert ch.threads.decided(numba.get_num_threads()) in (True, False)
