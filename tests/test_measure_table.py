@@ -261,3 +261,27 @@ def test_a_region_is_measured_through_the_bridge_against_its_original_nodes():
     want = ort.InferenceSession(m_theirs.SerializeToString()).run(None, feeds)[0]
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
     assert {n.op_type for n in m_theirs.graph.node} == {"Relu", "LayerNormalization", "Gelu"}
+
+
+def test_each_block_is_warmed_for_a_while_before_it_is_timed(monkeypatch):
+    """Every block of the interleaved timing runs its session untimed for at least WARM_S
+    first (a pool's first regions after the pause between blocks run slow), then times the
+    block's runs; only those are returned."""
+    calls = {"a": 0, "b": 0}
+
+    class S:
+        def __init__(self, name):
+            self.name = name
+
+        def get_outputs(self):
+            return []
+
+        def run(self, names, feeds):
+            calls[self.name] += 1
+
+    monkeypatch.setattr(measure, "settle", lambda *a, **k: True)
+    monkeypatch.setattr(measure, "WARM_S", 0.02)
+    raw = measure._medians([S("a"), S("b")], {}, blocks=3, runs=(4, 11), raw=True)
+    assert [len(r) for r in raw] == [4 * 3, 4 * 3]
+    # 2 untimed runs before the blocks; each block's warm-up runs far more than once in 20 ms
+    assert all(n > 2 + 3 * (4 + 10) for n in calls.values())
