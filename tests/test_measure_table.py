@@ -285,3 +285,39 @@ def test_each_block_is_warmed_for_a_while_before_it_is_timed(monkeypatch):
     assert [len(r) for r in raw] == [4 * 3, 4 * 3]
     # 2 untimed runs before the blocks; each block's warm-up runs far more than once in 20 ms
     assert all(n > 2 + 3 * (4 + 10) for n in calls.values())
+
+
+def test_a_region_above_one_thread_is_timed_in_fresh_session_pairs(monkeypatch):
+    """Above one thread a region is timed in REGION_ROUNDS fresh (edgeops, ONNX Runtime)
+    session pairs and each side's runs pooled, so one pair's slow start does not decide; one
+    pair on one thread."""
+    import edgeops.ort as eort
+    made, timed = [], []
+
+    class S:
+        def __init__(self, side):
+            self.side = side
+            made.append(side)
+
+        def run(self, names, feeds):
+            return None
+
+    monkeypatch.setattr(measure, "_cut", lambda *a: ("ours", "theirs", {}))
+    monkeypatch.setattr(eort, "session", lambda m, **k: S("ours"))
+    monkeypatch.setattr(measure, "_ort_session", lambda m, threads=None: S("theirs"))
+    # the second pair's ONNX Runtime session is slow: the pooled median must not follow it
+    figures = iter([([1.0, 1.0], [2.0, 2.0]), ([1.0, 1.0], [9.0, 9.0]), ([1.0, 1.0], [2.0, 2.0])])
+
+    def fake(sessions, feeds, raw=False, **kw):
+        timed.append(tuple(sessions))
+        return [list(x) for x in next(figures)]
+    monkeypatch.setattr(measure, "_medians", fake)
+    from types import SimpleNamespace
+    k = [SimpleNamespace(target="neon")]
+    assert measure.measure_region([], k, [], threads=2) == [1.0, 2.0]
+    assert made == ["ours", "theirs"] * measure.REGION_ROUNDS
+    assert len({id(s) for pair in timed for s in pair}) == 2 * measure.REGION_ROUNDS
+    made.clear()
+    figures = iter([([1.0], [9.0])])
+    assert measure.measure_region([], k, [], threads=1) == [1.0, 9.0]
+    assert made == ["ours", "theirs"]
