@@ -44,7 +44,7 @@ from pathlib import Path
 
 import numpy as np
 
-VERSION = 5     # 5: each block warmed for WARM_S before it is timed
+VERSION = 5     # 5: blocks warmed for WARM_S; regions above one thread timed in REGION_ROUNDS pairs
 # lower only when edgeops is measured at least this much faster: one-node timings on a shared
 # machine wobble by a few percent, and a wrong "faster" costs every run of the package
 MARGIN = 0.9
