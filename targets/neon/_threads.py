@@ -119,10 +119,10 @@ class ThreadChoice:
     Every ``revisit`` calls after a choice, ``trials + 1`` calls run the other way and the choice
     is made again from their timings against the chosen way's latest: what else the process runs
     changes which way is faster, and one unlucky start must not fix it for good (a package at 2
-    threads timed its first calls between a plain ONNX Runtime session's runs, whose spinning
-    workers held the second core: four LayerNorm+GELU on 128x768 took 0.9-1.5 ms on the pool
-    against 0.33-0.39 ms alone, so it stayed alone at 0.40-0.44 ms a run, where the pool then
-    ran it in 0.25-0.31 ms). That costs ``(trials + 1) / revisit`` of the calls the other way.
+    threads, spinning workers, timed its first calls while the second core was taken, its runs
+    alternating with a plain ONNX Runtime session's: four LayerNorm+GELU on 128x768 took
+    0.9-1.5 ms on the pool against 0.33-0.39 ms alone, so it stayed alone at 0.40-0.44 ms a run,
+    where the pool ran it in 0.25-0.31 ms once the cores were free). That costs ``(trials + 1) / revisit`` of the calls the other way.
     The margin stands for what the kernel's own clock does not see: the pool's wake-up and join
     land partly outside the call, and its output sits in two cores' caches for whatever reads it
     next (in a session at 2 threads, the bridge's copies around a pooled LayerNorm+GELU chain
@@ -208,7 +208,7 @@ def decide(key, elements: int):
     ``elements``: alone below ``SMALL_ELEMENTS`` (tens of microseconds of work) or on a
     one-thread pool (None: nothing to time); otherwise as the call's :class:`ThreadChoice`
     (``key``: one itself, or a key of :func:`choice`, e.g. kernel and shape) decides from timing
-    its first runs both ways, which the caller reports with ``record``."""
+    its runs both ways, which the caller reports with ``record``."""
     threads = num_threads()
     if threads == 1 or elements < SMALL_ELEMENTS:
         return None, threads, False
