@@ -50,46 +50,76 @@ def _mean_var(x, off, n):
     return k + m1, max(s2 / np.float32(n) - m1 * m1, np.float32(0))
 
 
+# One function per activation for the normalise pass, called (not inlined by Numba) from
+# _affine_act: with every activation's loops inlined into one body, LLVM compiled the GELU loop
+# about 10% slower (LayerNorm+GELU rows of 768 here: 0.204-0.223 vs 0.184-0.189 ms per 512 rows
+# with only the GELU loops in the body); a separate function per activation keeps each loop's
+# code as if it were alone. Each holds the per-element (LayerNorm: ``a``, ``b`` arrays) and the
+# per-channel (GroupNorm: ``a`` empty, scalar ``sb``) loop; one branch, loop bodies branch-free.
+@njit(cache=True, fastmath=_FM, error_model="numpy")
+def _norm_none(xv, yv, a, b, m, s, sb, n):
+    if a.shape[0] > 0:
+        for j in range(n):
+            yv[j] = (xv[j] - m) * s * a[j] + b[j]
+    else:
+        for j in range(n):
+            yv[j] = (xv[j] - m) * s + sb
+
+
+@njit(cache=True, fastmath=_FM, error_model="numpy")
+def _norm_silu(xv, yv, a, b, m, s, sb, n):
+    if a.shape[0] > 0:
+        for j in range(n):
+            yv[j] = ep.vm.silu32((xv[j] - m) * s * a[j] + b[j])
+    else:
+        for j in range(n):
+            yv[j] = ep.vm.silu32((xv[j] - m) * s + sb)
+
+
+@njit(cache=True, fastmath=_FM, error_model="numpy")
+def _norm_gelu_erf(xv, yv, a, b, m, s, sb, n):
+    if a.shape[0] > 0:
+        for j in range(n):
+            yv[j] = ep.vm.gelu_erf32((xv[j] - m) * s * a[j] + b[j])
+    else:
+        for j in range(n):
+            yv[j] = ep.vm.gelu_erf32((xv[j] - m) * s + sb)
+
+
+@njit(cache=True, fastmath=_FM, error_model="numpy")
+def _norm_gelu_tanh(xv, yv, a, b, m, s, sb, n):
+    if a.shape[0] > 0:
+        for j in range(n):
+            yv[j] = ep.vm.gelu_tanh32((xv[j] - m) * s * a[j] + b[j])
+    else:
+        for j in range(n):
+            yv[j] = ep.vm.gelu_tanh32((xv[j] - m) * s + sb)
+
+
+@njit(cache=True, fastmath=_FM, error_model="numpy")
+def _norm_act(xv, yv, a, b, m, s, sb, n, act, p0, p1):
+    per = a.shape[0] > 0
+    for j in range(n):
+        v = (xv[j] - m) * s * a[j] + b[j] if per else (xv[j] - m) * s + sb
+        yv[j] = ep.apply_act(v, act, p0, p1)
+
+
 @njit(cache=True, inline="always", fastmath=_FM, error_model="numpy")
 def _affine_act(xv, yv, a, b, m, s, sb, n, act, p0, p1):
     """yv = act((xv - m) * s * a[j] + b[j]) (LayerNorm: per-element scale/bias) or
     act((xv - m) * s + sb) when ``a`` is empty (GroupNorm: one channel), in ONE pass: the
     normalised value never round-trips through memory. Centre first: folding the mean into an
-    offset (x*s - m*s) cancels catastrophically on offset data unless mul+add fuse. One branch
-    per call so each loop body is branch-free and vectorises."""
-    per = a.shape[0] > 0
+    offset (x*s - m*s) cancels catastrophically on offset data unless mul+add fuse."""
     if act == ep.NONE:
-        if per:
-            for j in range(n):
-                yv[j] = (xv[j] - m) * s * a[j] + b[j]
-        else:
-            for j in range(n):
-                yv[j] = (xv[j] - m) * s + sb
+        _norm_none(xv, yv, a, b, m, s, sb, n)
     elif act == ep.SILU:
-        if per:
-            for j in range(n):
-                yv[j] = ep.vm.silu32((xv[j] - m) * s * a[j] + b[j])
-        else:
-            for j in range(n):
-                yv[j] = ep.vm.silu32((xv[j] - m) * s + sb)
+        _norm_silu(xv, yv, a, b, m, s, sb, n)
     elif act == ep.GELU_ERF:
-        if per:
-            for j in range(n):
-                yv[j] = ep.vm.gelu_erf32((xv[j] - m) * s * a[j] + b[j])
-        else:
-            for j in range(n):
-                yv[j] = ep.vm.gelu_erf32((xv[j] - m) * s + sb)
+        _norm_gelu_erf(xv, yv, a, b, m, s, sb, n)
     elif act == ep.GELU_TANH:
-        if per:
-            for j in range(n):
-                yv[j] = ep.vm.gelu_tanh32((xv[j] - m) * s * a[j] + b[j])
-        else:
-            for j in range(n):
-                yv[j] = ep.vm.gelu_tanh32((xv[j] - m) * s + sb)
+        _norm_gelu_tanh(xv, yv, a, b, m, s, sb, n)
     else:
-        for j in range(n):
-            v = (xv[j] - m) * s * a[j] + b[j] if per else (xv[j] - m) * s + sb
-            yv[j] = ep.apply_act(v, act, p0, p1)
+        _norm_act(xv, yv, a, b, m, s, sb, n, act, p0, p1)
 
 
 @njit(cache=True, inline="always", fastmath=_FM, error_model="numpy")
