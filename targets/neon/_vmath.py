@@ -42,7 +42,7 @@ _GP0, _GP1, _GP2, _GP3, _GP4, _GP5 = (np.float32(float(c) * (1 / math.sqrt(2.0))
                                       for k, c in enumerate((_EP0, _EP1, _EP2, _EP3, _EP4, _EP5)))
 _GQ1, _GQ2, _GQ3, _GQ4, _GQ5 = (np.float32(float(c) / 2.0 ** k)
                                 for k, c in enumerate((_EQ1, _EQ2, _EQ3, _EQ4, _EQ5), start=1))
-_GELU_CLIP2 = np.float32(2 * 3.92 * 3.92)     # u's clip: (x / sqrt 2)^2 at erf's clip
+_GELU_CLIP2 = np.float32(2 * float(_ERF_CLIP2))     # u's clip: (x / sqrt 2)^2 at erf's clip
 _SQRT2_PI = np.float32(math.sqrt(2.0 / math.pi))
 _GELU_C = np.float32(0.044715)
 _ONE = np.float32(1.0)
