@@ -42,33 +42,40 @@ def _fast_invocation(k_id, feed, attributes):
     return tuple(res)
 
 
+def op_table() -> list[tuple[str, int, int, Any]]:
+    """(op type, inputs, outputs, Python function) of every op edgeops declares to ONNX Runtime:
+    the ai.edgeops custom ops, the standard ops lowered onto edgeops kernels ("ai.edgeops::Conv")
+    and the regions' sizes. Every input and output is fp32; each function takes the inputs and
+    the ``edgeops_dispatch`` keyword and never raises."""
+    from edgeops.ops import EDGEOPS_DOMAIN, all_ops
+    from edgeops.ort import regions
+    from edgeops.ort.dispatch import LOWERABLE_STANDARD_OPS
+    out, seen = [], set()
+    for od in all_ops():
+        lowered = od.domain == "" and od.name in LOWERABLE_STANDARD_OPS
+        if (od.domain != EDGEOPS_DOMAIN and not lowered) or od.name in seen:
+            continue
+        seen.add(od.name)
+        out.append((od.name, od.max_inputs, getattr(od, "num_outputs", 1), op_function(od)))
+    for n_in, n_out in regions.all_sizes():
+        out.append((f"{regions.PREFIX}{n_in}x{n_out}", n_in, n_out,
+                    regions.region_function(n_out)))
+    return out
+
+
 def declare_ops() -> None:
     """Declare every ai.edgeops op to the bridge once per process (it keeps them forever; a
     second declaration of a name would break every later session)."""
     from onnxruntime_extensions import PyOp, onnx_op
-    from edgeops.ops import EDGEOPS_DOMAIN, all_ops
-    from edgeops.ort.dispatch import LOWERABLE_STANDARD_OPS
+    from edgeops.ops import EDGEOPS_DOMAIN
     with _lock:
-        for od in all_ops():
-            # custom ops, and standard ops lowered onto edgeops kernels ("ai.edgeops::Conv")
-            lowered = od.domain == "" and od.name in LOWERABLE_STANDARD_OPS
-            key = f"{EDGEOPS_DOMAIN}::{od.name}"
-            if (od.domain != EDGEOPS_DOMAIN and not lowered) or key in _declared:
-                continue
-            n_out = getattr(od, "num_outputs", 1)
-            opdef = onnx_op(op_type=key, inputs=[PyOp.dt_float] * od.max_inputs,
-                            outputs=[PyOp.dt_float] * n_out,
-                            attrs={DISPATCH_ATTR: PyOp.dt_string})(op_function(od))
-            _declared[key] = opdef
-            _own[opdef._nativedef.obj_id] = opdef.body
-        from edgeops.ort import regions
-        for n_in, n_out in regions.all_sizes():
-            key = f"{EDGEOPS_DOMAIN}::{regions.PREFIX}{n_in}x{n_out}"
+        for name, n_in, n_out, fn in op_table():
+            key = f"{EDGEOPS_DOMAIN}::{name}"
             if key in _declared:
                 continue
             opdef = onnx_op(op_type=key, inputs=[PyOp.dt_float] * n_in,
                             outputs=[PyOp.dt_float] * n_out,
-                            attrs={DISPATCH_ATTR: PyOp.dt_string})(regions.region_function(n_out))
+                            attrs={DISPATCH_ATTR: PyOp.dt_string})(fn)
             _declared[key] = opdef
             _own[opdef._nativedef.obj_id] = opdef.body
 
