@@ -10,7 +10,9 @@ Usage, in your own session::
     edgeops.ort.raise_errors()                   # kernel failures of this thread's last runs
 
 or ``edgeops.ort.session(model_or_path, target=...)``, which does all of that and raises kernel
-failures from ``run`` itself. Running ai.edgeops nodes needs Python in the ONNX Runtime process.
+failures from ``run`` itself, and runs the prepared nodes through edgeops' native bridge where it
+is built (:mod:`edgeops.ort.native`: no copies of the inputs, fused norm-chain regions run without
+entering Python). Running ai.edgeops nodes needs Python in the ONNX Runtime process.
 
 How dispatch works. onnxruntime-extensions registers ONE Python function per op name for the
 whole process, so the target cannot be a global switch (two sessions with different targets
@@ -458,6 +460,9 @@ def session(model_or_path, target: str = "reference", providers: Sequence[str] |
     from edgeops.ort.consts import release
     try:
         model = prepare(model, target, fallback=fallback, threads=threads, holds=holds)
+        from edgeops.ort import native
+        if native.adopt(model):     # the C bridge where it is built (edgeops.ort.native)
+            native.register(so)
         sess = session_class()(model.SerializeToString(), so, providers=providers)
     except BaseException:
         release(holds)

@@ -270,6 +270,33 @@ class _Region:
         return end
 
 
+    def one_chain(self) -> bool:
+        """Whether this region is one chain from its only input to its only output (what
+        :meth:`native_plan` can plan)."""
+        return (self.n_in == 1 and len(self.outputs) == 1 and list(self.chains) == [0]
+                and self.chains[0][0] == len(self.steps) and self.steps[0][3][0] == 0
+                and self.outputs[0] == self.steps[-1][4][0])
+
+    def native_plan(self, shape):
+        """This region as native code for input X of ``shape``: its chain's
+        :class:`~edgeops.targets.neon.norms.NativePlan`, run by edgeops.ort.native without
+        Python. False when it cannot be: not one chain from its only input to its only output,
+        or a chain that has no native plan; None while it cannot yet: the chain's held
+        parameters not made for that shape yet (or not held), its thread choice still timing, or
+        a profiler collecting per-node times."""
+        if not self.one_chain():
+            return False
+        run = self._made.get((0, tuple(shape)))
+        if timing is not None or run is None:
+            return None
+        plan_of = getattr(run, "native_plan", None)
+        if plan_of is None:
+            return False
+        from edgeops.targets.neon._threads import num_threads
+        threads = num_threads() if self.threads is None else min(self.threads, num_threads())
+        return plan_of(self.keep[0], threads)
+
+
 def _chains(steps, entries) -> dict:
     """{first step: (end step, the steps' dispatch entries)} for each run of >= 2 consecutive
     steps whose kernels are chain stages (fixed kernel, one output, no NaN guard), each reading

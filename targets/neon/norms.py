@@ -19,11 +19,13 @@ import math
 import time
 
 import numpy as np
-from numba import njit, prange
+import numba
+from numba import carray, njit, prange
 
 from edgeops.errors import EdgeOpsError
 from edgeops.targets.neon import epilogue as ep
-from edgeops.targets.neon._threads import ThreadChoice, alone_or_pool, decide, launch, run
+from edgeops.targets.neon._threads import (SMALL_ELEMENTS, ThreadChoice, alone_or_pool, decide,
+                                           launch, run)
 
 _REDUCE = {"reassoc", "contract", "nsz"}  # no nnan/ninf: NaNs in the input must propagate
 
@@ -433,6 +435,7 @@ class Chain:
         self._fns = ((_layernorm_chain, _layernorm_chain_serial) if ln else
                      (_groupnorm_chain, _groupnorm_chain_serial))      # (parallel, serial)
         self._layouts: dict = {}
+        self._native: dict = {}          # (kept, chunks, threads, parallel) -> NativePlan
 
     def _layout(self, keep) -> tuple:
         """(output slot per stage (-1: scratch), kept flags, number kept) for ``keep``, once."""
@@ -472,6 +475,119 @@ class Chain:
         shape = x.shape
         return [y[j * n:(j + 1) * n].reshape(shape) if f else None
                 for j, f in zip(slot.tolist(), kept)]
+
+
+    def native_plan(self, keep, threads: int):
+        """This chain for ``keep`` as a :class:`NativePlan` on at most ``threads`` threads: the
+        pass :meth:`__call__` makes, as one Numba ``cfunc`` a caller outside Python can run
+        (edgeops.ort.native). It runs the way the chain's :class:`ThreadChoice` chose: None
+        while that is still timing; False when it cannot be planned (more than the last
+        stage's output kept). Made once per way of running it."""
+        slot, kept, n_out = self._layout(keep if keep is None else tuple(keep))
+        n = math.prod(self.shape)
+        if n_out != 1 or n == 0:
+            return False
+        units = self.units
+        work = n * self.k if units > 1 else 0
+        pool = False
+        if threads > 1 and work >= SMALL_ELEMENTS:
+            pool = self.threads.decided(threads)
+            if pool is None:
+                return None
+        chunks = min(units, threads) if pool else 1
+        team = threads if pool else 1
+        size = n + (chunks * 2 * (n // max(units, 1)) if n_out < self.k else 0)
+        # as launch(): the pool; alone, the serial twin below SMALL_ELEMENTS, else the parallel
+        # one on a one-thread team
+        par = pool or work >= SMALL_ELEMENTS
+        key = (kept, chunks, team, par)
+        plan = self._native.get(key)
+        if plan is not None:
+            return plan
+        want = ((self.scale, np.float32, 2), (self.bias, np.float32, 2), (self.eps, np.float64, 1),
+                (slot, np.int64, 1), (self.act, np.int64, 1), (self.p0, np.float64, 1),
+                (self.p1, np.float64, 1))
+        if any(a.dtype != t or a.ndim != d or not a.flags.c_contiguous for a, t, d in want):
+            return False       # the plan's cfunc is typed for these
+        plan = self._native[key] = NativePlan(self, slot, n, size, chunks, team, par, pool)
+        return plan
+
+
+class NativePlan:
+    """A :class:`Chain` call for one input size as a C function (:attr:`address`)::
+
+        void f(const float *x, float *y, void *const *arrays, const int64_t *values)
+
+    called with :attr:`arrays` and :attr:`values` (this plan's, kept alive here): the chain's
+    output for X (``elements`` floats) into Y. The function is one cfunc for every plan,
+    compiled once per process; everything about the chain reaches it at run time, so it
+    calls the very kernels :meth:`Chain.__call__` calls with arguments of the same types (the
+    same compiled code, the same bits: constants folded into a plan's code changed the
+    statistics' summation order, 2.6e-6 off). No state: concurrent calls are safe."""
+    __slots__ = ("address", "elements", "pool", "threads", "chain", "slot", "arrays", "values")
+
+    def __init__(self, chain: Chain, slot, n: int, size: int, chunks: int, team: int,
+                 parallel: bool, pool: bool):
+        self.chain, self.slot, self.elements, self.pool, self.threads = chain, slot, n, pool, team
+        held = (chain.scale, chain.bias, chain.eps, slot, chain.act, chain.p0, chain.p1)
+        self.arrays = np.array([a.ctypes.data for a in held], np.uintp)
+        part = (*chain.part, 0, 0)[:4]       # LayerNorm's two, GroupNorm's four
+        self.values = np.array([n, size, chunks, team, chain.k, chain.scale.shape[1],
+                                _PLAN_KERNELS[(chain.kind, parallel)], *part], np.int64)
+        self.address = plan_cfunc().address
+
+
+def _native_chain(xp, yp, arrays, values):
+    """The plan cfunc's body: the arguments :meth:`Chain.__call__` passes its kernel, rebuilt
+    from a plan's arrays and values (which kernel: values[6], see :data:`_PLAN_KERNELS`)."""
+    v = carray(values, (11,))
+    n, size, chunks, team, k, w, which = v[0], v[1], v[2], v[3], v[4], v[5], v[6]
+    x = carray(xp, (n,))
+    out = carray(yp, (n,))
+    scales = carray(arrays[0], (k, w), np.float32)
+    biases = carray(arrays[1], (k, w), np.float32)
+    eps = carray(arrays[2], (k,), np.float64)
+    slot = carray(arrays[3], (k,), np.int64)
+    act = carray(arrays[4], (k,), np.int64)
+    p0 = carray(arrays[5], (k,), np.float64)
+    p1 = carray(arrays[6], (k,), np.float64)
+    part = v[7:]
+    y = np.empty(size, np.float32)
+    before = numba.get_num_threads()
+    if team != before:
+        numba.set_num_threads(team)
+    if which == 0:
+        _layernorm_chain(x, scales, biases, part[0], part[1], eps, y, slot, act, p0, p1, chunks)
+    elif which == 1:
+        _layernorm_chain_serial(x, scales, biases, part[0], part[1], eps, y, slot, act, p0, p1,
+                                chunks)
+    elif which == 2:
+        _groupnorm_chain(x, scales, biases, part[0], part[1], part[2], part[3], eps, y, slot,
+                         act, p0, p1, chunks)
+    else:
+        _groupnorm_chain_serial(x, scales, biases, part[0], part[1], part[2], part[3], eps, y,
+                                slot, act, p0, p1, chunks)
+    if team != before:
+        numba.set_num_threads(before)
+    for i in range(n):
+        out[i] = y[i]
+
+
+_PLAN_KERNELS = {("layernorm", True): 0, ("layernorm", False): 1, ("groupnorm", True): 2,
+                 ("groupnorm", False): 3}
+_PLAN_CFUNC = []
+
+
+def plan_cfunc():
+    """The plan cfunc, compiled on first use (importing compiles nothing; ~1 s, once per
+    process: Numba cannot cache a cfunc that calls parallel kernels on disk)."""
+    if not _PLAN_CFUNC:
+        from numba import cfunc, types
+        sig = types.void(types.CPointer(types.float32), types.CPointer(types.float32),
+                         types.CPointer(types.voidptr), types.CPointer(types.int64))
+        _PLAN_CFUNC.append(cfunc(sig, nopython=True, fastmath=_FM,
+                                 error_model="numpy")(_native_chain))
+    return _PLAN_CFUNC[0]
 
 
 def run_chain(x, stages) -> list:

@@ -1,0 +1,243 @@
+"""The native bridge (edgeops.ort.native): ai.edgeops nodes as C custom ops that call the same
+Python functions as onnxruntime-extensions' bridge, and norm-chain regions run from a native
+plan without Python. Each path is checked against the other and against numpy float64."""
+from __future__ import annotations
+
+import gc
+import math
+import shutil
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import edgeops.ort as eort
+from edgeops.lower import lower
+from edgeops.ops import EDGEOPS_DOMAIN
+from edgeops.ort import native
+
+
+@pytest.fixture
+def bridge(unavailable):
+    """The native library (built and self-tested once per test session's cache)."""
+    if shutil.which("cc") is None and shutil.which("gcc") is None:
+        unavailable("no C compiler: the native bridge is built with cc")
+    st = native.status()
+    assert st["used"], f"native bridge not used: {st['why']}"
+    return native
+
+
+def _model(nodes, inits, inputs, outputs, opset=21):
+    g = helper.make_graph(
+        nodes, "m", [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in inputs],
+        [helper.make_tensor_value_info(o, TensorProto.FLOAT, s) for o, s in outputs],
+        [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset),
+                                               helper.make_opsetid(EDGEOPS_DOMAIN, 1)],
+                             ir_version=10)
+
+
+def _norm_chain(rng, kind, n, shape):
+    """n x (LayerNormalization + Gelu) over the last axis, or (GroupNormalization + SiLU)."""
+    nodes, inits, x = [], {}, "x"
+    c = shape[-1] if kind == "ln" else shape[1]
+    for i in range(n):
+        inits[f"s{i}"] = rng.uniform(0.5, 1.5, c).astype(np.float32)
+        inits[f"b{i}"] = rng.uniform(-.5, .5, c).astype(np.float32)
+        if kind == "ln":
+            nodes += [helper.make_node("LayerNormalization", [x, f"s{i}", f"b{i}"], [f"n{i}"],
+                                       name=f"ln{i}", axis=-1, epsilon=1e-5),
+                      helper.make_node("Gelu", [f"n{i}"], [f"a{i}"], name=f"gelu{i}")]
+        else:
+            nodes += [helper.make_node("GroupNormalization", [x, f"s{i}", f"b{i}"], [f"n{i}"],
+                                       name=f"gn{i}", num_groups=4, epsilon=1e-5),
+                      helper.make_node("Sigmoid", [f"n{i}"], [f"g{i}"], name=f"sig{i}"),
+                      helper.make_node("Mul", [f"n{i}", f"g{i}"], [f"a{i}"], name=f"mul{i}")]
+        x = f"a{i}"
+    return _model(nodes, inits, [("x", list(shape))], [(x, list(shape))]), inits
+
+
+def _reference(kind, x, inits, n):
+    """float64 numpy: the chain as ONNX defines it."""
+    from math import erf
+    y = x.astype(np.float64)
+    verf = np.vectorize(erf)
+    for i in range(n):
+        s, b = inits[f"s{i}"].astype(np.float64), inits[f"b{i}"].astype(np.float64)
+        if kind == "ln":
+            m = y.mean(-1, keepdims=True)
+            v = ((y - m) ** 2).mean(-1, keepdims=True)
+            z = (y - m) / np.sqrt(v + 1e-5) * s + b
+            y = 0.5 * z * (1 + verf(z / math.sqrt(2)))
+        else:
+            g = y.reshape(y.shape[0], 4, -1)
+            m = g.mean(-1, keepdims=True)
+            v = ((g - m) ** 2).mean(-1, keepdims=True)
+            z = ((g - m) / np.sqrt(v + 1e-5)).reshape(y.shape)
+            cs = (1, -1) + (1,) * (y.ndim - 2)
+            z = z * s.reshape(cs) + b.reshape(cs)
+            y = z / (1 + np.exp(-z))
+    return y
+
+
+def _planned_handles():
+    return [h for h, st in native._planning.items() if st[1] is not None]
+
+
+@pytest.mark.parametrize("kind,shape", [("ln", (3, 37, 130)), ("gn", (2, 12, 9, 23))])
+def test_a_chain_region_runs_from_a_native_plan_with_the_bits_of_its_python_path(
+        bridge, rng, kind, shape):
+    m, inits = _norm_chain(rng, kind, 3, shape)
+    lw = lower(m, "rpi5", mode="all")
+    before = set(native._kernels)
+    s = eort.session(lw.model, "neon")
+    assert set(native._kernels) - before, "the session's nodes did not go to the native bridge"
+    x = rng.standard_normal(shape).astype(np.float32) * 3 + 1
+    outs = [s.run(None, {"x": x})[0] for _ in range(40)]
+    assert _planned_handles(), f"no plan was made: {native.plan_failures}"
+    first = outs[0]          # through Python: the region's chain pass
+    for o in outs[1:]:       # later ones from the plan once the chain's thread choice was made
+        np.testing.assert_array_equal(o, first)
+    want = _reference(kind, x, inits, 3)
+    np.testing.assert_allclose(first, want, rtol=2e-5, atol=2e-5 * np.abs(want).max())
+
+
+def test_the_bridges_agree_on_regions_lone_nodes_and_held_constants(bridge, rng, monkeypatch):
+    """Standard ops lowered to edgeops kernels, a two-input node with a held constant, and a
+    region of several nodes: the native bridge and onnxruntime-extensions' give the same bits,
+    and both match onnx's reference implementation."""
+    from onnx.reference import ReferenceEvaluator
+    w = rng.standard_normal((17, 9)).astype(np.float32)
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["mm"], name="mm"),
+             helper.make_node("Relu", ["mm"], ["r"], name="relu"),
+             helper.make_node("Sigmoid", ["r"], ["sg"], name="sig"),
+             helper.make_node("Add", ["sg", "x2"], ["y"], name="add"),
+             helper.make_node("Tanh", ["y"], ["t"], name="tanh")]
+    m = _model(nodes, {"w": w}, [("x", [5, 17]), ("x2", [5, 9])], [("t", [5, 9]), ("y", [5, 9])])
+    feeds = {"x": rng.standard_normal((5, 17)).astype(np.float32),
+             "x2": rng.standard_normal((5, 9)).astype(np.float32)}
+    lw = lower(m, "rpi5", mode="all").model
+    assert sum(n.domain == EDGEOPS_DOMAIN for n in lw.graph.node) >= 3
+    got = {}
+    for way in ("1", "0"):
+        monkeypatch.setenv(native.ENV, way)
+        s = eort.session(lw, "neon")
+        got[way] = [s.run(None, feeds) for _ in range(3)]
+    for a, b in zip(got["1"], got["0"]):
+        for u, v in zip(a, b):
+            np.testing.assert_array_equal(u, v)
+    want = ReferenceEvaluator(m).run(None, feeds)
+    for u, v in zip(got["1"][0], want):
+        np.testing.assert_allclose(u, v, rtol=1e-5, atol=1e-6)
+
+
+def test_an_input_of_another_size_goes_through_python(bridge, rng):
+    """A plan is made for one input size; a run with another (a dynamic batch) is served by the
+    region's Python path, correctly, and the plan stays for the size it was made for."""
+    m, inits = _norm_chain(rng, "ln", 2, (4, 7, 64))
+    for v in (m.graph.input[0], m.graph.output[0]):
+        v.type.tensor_type.shape.dim[0].dim_param = "batch"
+    lm = lower(m, "rpi5", mode="all", shapes={"x": [4, 7, 64]}).model
+    del lm.graph.value_info[:]          # the batch free again: the lowered nodes take any
+    for v in (lm.graph.input[0], lm.graph.output[0]):
+        v.type.tensor_type.shape.dim[0].dim_param = "batch"
+    s = eort.session(lm, "neon")
+    x = rng.standard_normal((4, 7, 64)).astype(np.float32)
+    for _ in range(30):
+        s.run(None, {"x": x})
+    assert _planned_handles()
+    for b in (1, 6, 4):
+        xb = rng.standard_normal((b, 7, 64)).astype(np.float32)
+        (y,) = s.run(None, {"x": xb})
+        want = _reference("ln", xb, inits, 2)
+        np.testing.assert_allclose(y, want, rtol=2e-5, atol=2e-5 * np.abs(want).max())
+
+
+def test_a_plan_hands_calls_back_to_python_after_its_share_and_is_made_again(
+        bridge, rng, monkeypatch):
+    """After PLAN_CALLS calls the library drops a plan; the calls then go through Python until
+    the chain's thread choice could revisit (REVISIT_WAIT), and a plan is made again."""
+    monkeypatch.setattr(native, "PLAN_CALLS", 4)
+    monkeypatch.setattr(native, "_revisit_wait", lambda: 3)
+    through_python = []
+    real = native._plan
+
+    def spy(handle, spec, shape, kernel):
+        through_python.append(native._planning[handle][1] is not None)
+        real(handle, spec, shape, kernel)
+    monkeypatch.setattr(native, "_plan", spy)
+    m, inits = _norm_chain(rng, "ln", 2, (3, 5, 48))
+    s = eort.session(lower(m, "rpi5", mode="all").model, "neon")
+    x = rng.standard_normal((3, 5, 48)).astype(np.float32)
+    outs = [s.run(None, {"x": x})[0] for _ in range(60)]
+    drops = sum(through_python)       # Python calls that found the plan dropped
+    assert drops >= 5, through_python
+    assert len(through_python) < 60 * 0.7   # most calls still ran from a plan
+    for o in outs[1:]:
+        np.testing.assert_array_equal(o, outs[0])
+
+
+def test_a_kernel_failure_through_the_native_bridge_raises_after_run(bridge, rng, capfd):
+    from edgeops.registry import register_kernel, unregister_kernel
+
+    def broken(inputs, attrs):
+        raise ValueError("deliberate failure")
+    register_kernel("ai.edgeops::SwiGLU", "reference", priority=-50,
+                    name="test.native_broken")(broken)
+    try:
+        inits = {k: rng.standard_normal(s).astype(np.float32)
+                 for k, s in (("w1", (13, 21)), ("w2", (13, 21)))}
+        node = helper.make_node("SwiGLU", ["x", "w1", "w2"], ["y"], domain=EDGEOPS_DOMAIN,
+                                name="swiglu", kernel="test.native_broken")
+        m = _model([node], inits, [("x", [3, 5, 13])], [("y", [3, 5, 21])])
+        before = set(native._kernels)
+        s = eort.session(m)
+        assert set(native._kernels) - before
+        x = rng.standard_normal((3, 5, 13)).astype(np.float32)
+        with pytest.raises(eort.KernelRuntimeError,
+                           match="node 'swiglu'.*ValueError: deliberate"):
+            s.run(None, {"x": x})
+        assert "deliberate failure" in capfd.readouterr().err
+    finally:
+        unregister_kernel("test.native_broken")
+
+
+def test_destroyed_kernels_are_forgotten(bridge, rng):
+    m, _ = _norm_chain(rng, "ln", 2, (2, 3, 16))
+    lw = lower(m, "rpi5", mode="all").model
+    x = {"x": rng.standard_normal((2, 3, 16)).astype(np.float32)}
+    s = eort.session(lw, "neon")
+    s.run(None, x)
+    del s
+    gc.collect()
+    for _ in range(5):
+        s = eort.session(lw, "neon")
+        s.run(None, x)
+        del s
+        gc.collect()
+    s = eort.session(lw, "neon")      # making a kernel drains the destroyed ones
+    live = len(native._kernels)
+    assert live <= 3, f"{live} kernels kept for one live session"
+
+
+def test_without_a_compiler_the_reason_is_given(tmp_path, monkeypatch):
+    monkeypatch.setenv("EDGEOPS_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
+    with pytest.raises(native._Unavailable, match="no C compiler .*no-such-cc"):
+        native._build()
+
+
+def test_a_failed_self_test_is_remembered_and_said(tmp_path, monkeypatch):
+    lib = tmp_path / "edgeops_native-x.so"
+    lib.write_bytes(b"")
+    lib.with_suffix(".checked").write_text("its self-test failed (exit -11): ")
+    with pytest.raises(native._Unavailable, match="self-test failed"):
+        native._check(lib)
+
+
+def test_a_library_that_does_not_load_is_refused(tmp_path):
+    lib = tmp_path / "edgeops_native-y.so"
+    lib.write_bytes(b"not an ELF file")
+    with pytest.raises(native._Unavailable, match="cannot be loaded"):
+        native._loadable(lib)
