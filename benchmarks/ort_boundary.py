@@ -7,6 +7,9 @@ its default graph optimisations):
   (target <= 2.5x: the bridge copies the tensor once in and once out);
 * ``eltwise``: an ai.edgeops elementwise op (ReLU, a Numba kernel writing into the input copy
   the bridge hands it; ``--alloc``: into a new array) vs ONNX Runtime's Relu (target <= 4x);
+* ``identity_native``, ``eltwise_native``: the same two ops through edgeops' native bridge
+  (edgeops/ort/native.py, what package sessions use where it is built: ONNX Runtime's input
+  handed over read-only without a copy, so the elementwise kernel writes a new array there);
 * ``identity_stock``: the identity op through onnxruntime-extensions' stock ``.tolist()``
   return path, the figure the fast hook exists to avoid;
 * ``swiglu``: a GEMM-bound node with small activations, where the weights' copy was the cost:
@@ -37,6 +40,7 @@ from numba import njit, prange
 from onnx import TensorProto, helper
 
 import edgeops.ort as eort
+from edgeops.ort import native
 from edgeops.ops.base import EDGEOPS_DOMAIN, OpDef, define_op
 from edgeops.registry import REFERENCE, register_kernel
 from edgeops.targets.neon._threads import alone_or_pool
@@ -80,7 +84,8 @@ def _relu(inputs, attrs):
     # so an elementwise kernel can write into it instead of allocating (and faulting in) a
     # second 4 MB array; ~0.03-0.1 ms of the ~0.35 ms here (--alloc measures the other way)
     x = inputs[0]
-    y = np.empty_like(x) if ALLOC else x
+    # the native bridge hands ONNX Runtime's own input, read-only: a new array there
+    y = np.empty_like(x) if ALLOC or not x.flags.writeable else x
     # the thread rule edgeops' elementwise kernels follow (targets/neon/_threads.py): the pool
     # only where timing this call's first runs found it faster
     with alone_or_pool(("bench.relu", x.size), x.size):
@@ -172,10 +177,20 @@ def measure(threads: int, repeats: int, swiglu: bool = True) -> dict:
                                     providers=["CPUExecutionProvider"])
 
     x = np.random.default_rng(0).standard_normal(N).astype(np.float32)
+    def native_session(model):
+        m = eort.prepare(model)
+        if not native.adopt(m):
+            return None
+        native.register(so)
+        return ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
+
     sessions = {"edgeops_identity": session(_model("BenchIdentity", EDGEOPS_DOMAIN)),
                 "ort_identity": session(_model("Identity")),
                 "edgeops_relu": session(_model("BenchRelu", EDGEOPS_DOMAIN)),
-                "ort_relu": session(_model("Relu"))}
+                "ort_relu": session(_model("Relu")),
+                "native_identity": native_session(_model("BenchIdentity", EDGEOPS_DOMAIN)),
+                "native_relu": native_session(_model("BenchRelu", EDGEOPS_DOMAIN))}
+    sessions = {k: v for k, v in sessions.items() if v is not None}
     for name, s in sessions.items():   # a fast wrong answer is no figure
         want = x if "identity" in name else np.maximum(x, 0)
         np.testing.assert_array_equal(s.run(None, {"x": x})[0], want)
@@ -184,6 +199,14 @@ def measure(threads: int, repeats: int, swiglu: bool = True) -> dict:
         sessions["edgeops_identity"], sessions["ort_identity"], x, repeats)
     ms["edgeops_relu"], ms["ort_relu"] = _paired_ms(sessions["edgeops_relu"], sessions["ort_relu"],
                                                     x, repeats)
+    native_ratios = {}
+    if "native_identity" in sessions:
+        ms["native_identity"], ms["ort_identity_n"] = _paired_ms(
+            sessions["native_identity"], sessions["ort_identity"], x, repeats)
+        ms["native_relu"], ms["ort_relu_n"] = _paired_ms(
+            sessions["native_relu"], sessions["ort_relu"], x, repeats)
+        native_ratios = {"identity_native": ms["native_identity"] / ms["ort_identity_n"],
+                         "eltwise_native": ms["native_relu"] / ms["ort_relu_n"]}
     try:
         eort.install_fast_hook(False)
         ms["edgeops_identity_stock"], _ = _paired_ms(
@@ -193,7 +216,8 @@ def measure(threads: int, repeats: int, swiglu: bool = True) -> dict:
     eort.raise_errors()
     ratios = {"identity": ms["edgeops_identity"] / ms["ort_identity"],
               "eltwise": ms["edgeops_relu"] / ms["ort_relu"],
-              "identity_stock": ms["edgeops_identity_stock"] / ms["ort_identity"]}
+              "identity_stock": ms["edgeops_identity_stock"] / ms["ort_identity"],
+              **native_ratios}
     if swiglu:
         ms.update(measure_swiglu(so, repeats))
         ratios["swiglu_before"] = ms["swiglu_before"] / ms["swiglu_ort"]
@@ -234,6 +258,11 @@ def main(argv=None) -> int:
               f"  ratio {q['identity']:6.2f}x (target <= {TARGETS['identity']}x)")
         print(f"  eltwise   edgeops {m['edgeops_relu']:8.3f} ms  ORT Relu     {m['ort_relu']:8.3f} ms"
               f"  ratio {q['eltwise']:6.2f}x (target <= {TARGETS['eltwise']}x)")
+        if "native_identity" in m:
+            print(f"  native bridge (package sessions): identity {m['native_identity']:8.3f} ms vs "
+                  f"{m['ort_identity_n']:8.3f} ms ({q['identity_native']:.2f}x), eltwise "
+                  f"{m['native_relu']:8.3f} ms vs {m['ort_relu_n']:8.3f} ms "
+                  f"({q['eltwise_native']:.2f}x)")
         print(f"  stock .tolist() bridge, identity {m['edgeops_identity_stock']:8.3f} ms"
               f"  ratio {q['identity_stock']:6.1f}x")
         if "swiglu_after" in m:
