@@ -6,9 +6,15 @@ with ``--lower all`` (one ai.edgeops region, its four nodes one fused chain pass
 package session (:meth:`edgeops.package.Package.session`) is split by timestamps taken where
 ONNX Runtime's bridge enters and leaves the region's Python function:
 
-* ``before``: from ``session.run`` to the region: ONNX Runtime, the bridge's copy of the input;
+* ``before``: from ``session.run`` to the region: ONNX Runtime and the bridge (onnxruntime-
+  extensions copies the input there; edgeops' native bridge, which package sessions use where it
+  is built, hands ONNX Runtime's own);
 * ``region``: the region's Python and the chain's kernel (``kernel``: the chain call alone);
 * ``after``: from the region back out of ``session.run``: the bridge's copy of the output.
+
+Native plans are turned off (``EDGEOPS_NATIVE_PLANS=0``): a chain region planned by the native
+bridge runs without entering Python, so there would be nothing to split; this shows the path
+those calls leave (e2e_vs_ort.py measures packages as they run by default).
 
 ``keep``: ``needed`` is what regions do (an intermediate stage's output that only the next stage
 reads stays in the kernel's scratch rows), ``all`` writes every stage's output as before
@@ -26,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -35,6 +42,10 @@ from pathlib import Path
 from edgeops.ort import configure_openmp
 
 configure_openmp()     # as a package's process: before anything starts OpenMP
+# The split is taken where calls enter the region's Python function; a chain region that runs
+# from a native plan (edgeops.ort.native, the default) never does, so plans stay off here:
+# this explains the Python path, e2e_vs_ort.py measures the default one.
+os.environ["EDGEOPS_NATIVE_PLANS"] = "0"
 
 import numpy as np  # noqa: E402
 
