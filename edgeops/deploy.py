@@ -320,11 +320,6 @@ def ensure_edgeops(t: Transport, *, progress: bool = False) -> dict:
                                                       "sha256": sha, "into": lib}}
 
 
-def _cache_root() -> Path:
-    env = os.environ.get("EDGEOPS_CACHE_DIR")
-    return Path(env) if env else Path.home() / ".cache" / "edgeops"
-
-
 def _source_tree() -> tuple[Path, dict] | None:
     """(checkout, {import name: folder}) when edgeops runs from a source checkout."""
     import edgeops
@@ -362,7 +357,8 @@ def edgeops_wheel() -> Path:
     h = hashlib.sha256()
     for name, f in sorted(files.items()):
         h.update(name.encode() + b"\0" + f.read_bytes() + b"\0")
-    out = _cache_root() / "wheels" / h.hexdigest()[:16]
+    from edgeops import cache
+    out = cache.root() / "wheels" / h.hexdigest()[:16]
     found = sorted(out.glob("edgeops-*.whl"))
     if found:
         return found[0]

@@ -44,6 +44,8 @@ from pathlib import Path
 
 import numpy as np
 
+from edgeops import cache
+
 VERSION = 5     # 5: blocks warmed for WARM_S; regions above one thread timed in REGION_ROUNDS pairs
 # lower only when edgeops is measured at least this much faster: one-node timings on a shared
 # machine wobble by a few percent, and a wrong "faster" costs every run of the package
@@ -89,17 +91,12 @@ def machine_uncached() -> dict:
             "numba": nb, "neon": kernels}
 
 
-def _cache_root() -> Path:
-    root = os.environ.get("EDGEOPS_CACHE_DIR")
-    return Path(root) if root else Path.home() / ".cache" / "edgeops"
-
-
 def cache_path(board) -> Path:
     """The table file of ``board`` on this machine (host: keyed by :func:`machine`; another
     board by its file hash, for a table measured on that board and copied here)."""
     key = json.dumps(machine(), sort_keys=True) if board.name == "host" else \
         (getattr(board, "file_sha256", "") or "nohash")
-    return _cache_root() / "kernels" / f"{board.name}-{hashlib.sha256(key.encode()).hexdigest()[:16]}.json"
+    return cache.root() / "kernels" / f"{board.name}-{hashlib.sha256(key.encode()).hexdigest()[:16]}.json"
 
 
 def default_threads() -> int:

@@ -158,33 +158,45 @@ static void *op_create(const OrtCustomOp *op, const Slot *a, const void *info) {
   return k;
 }
 
-/* Run ``plan`` if input 0 has its size and it has calls left (else drop it: Python then times
- * the call's ways again and may publish another): 1 when it ran. */
-static int run_plan(Kernel *k, Plan *plan, void *context) {
+/* Input ``i`` of a call: its data, element type, rank and dims (at most ``max_rank``); 0 when
+ * read, -1 when ONNX Runtime refused or the rank exceeds ``max_rank``. */
+static int read_input(void *context, size_t i, void **data, int *et, int64_t *dims,
+                      size_t *rank, size_t max_rank) {
   typedef OrtStatus *(*GetInput)(const void *, size_t, const void **);
   typedef OrtStatus *(*TypeShape)(const void *, void **);
+  typedef OrtStatus *(*ElemType)(const void *, int *);
   typedef OrtStatus *(*DimCount)(const void *, size_t *);
   typedef OrtStatus *(*Dims)(const void *, int64_t *, size_t);
   typedef OrtStatus *(*Data)(const void *, void **);
-  typedef OrtStatus *(*GetOutput)(void *, size_t, const int64_t *, size_t, void **);
   const void *value = NULL;
-  void *info = NULL, *x = NULL, *out = NULL, *y = NULL;
+  void *info = NULL;
+  if (failed(CALL(S_KernelContext_GetInput, GetInput)(context, i, &value)) || value == NULL
+      || failed(CALL(S_GetTensorTypeAndShape, TypeShape)(value, &info)))
+    return -1;
+  int bad = failed(CALL(S_GetTensorElementType, ElemType)(info, et))
+            || failed(CALL(S_GetDimensionsCount, DimCount)(info, rank)) || *rank > max_rank
+            || failed(CALL(S_GetDimensions, Dims)(info, dims, *rank));
+  CALL(S_ReleaseTensorTypeAndShapeInfo, void (*)(void *))(info);
+  if (bad || failed(CALL(S_GetTensorMutableData, Data)(value, data))) return -1;
+  return 0;
+}
+
+/* Run ``plan`` if input 0 has its size and it has calls left (else drop it: Python then times
+ * the call's ways again and may publish another): 1 when it ran. */
+static int run_plan(Kernel *k, Plan *plan, void *context) {
+  typedef OrtStatus *(*GetOutput)(void *, size_t, const int64_t *, size_t, void **);
+  typedef OrtStatus *(*Data)(const void *, void **);
+  void *x = NULL, *out = NULL, *y = NULL;
+  int et = 0;
   size_t rank = 0;
   int64_t dims[MAX_DIMS], elems = 1;
-  if (failed(CALL(S_KernelContext_GetInput, GetInput)(context, 0, &value)) || value == NULL
-      || failed(CALL(S_GetTensorTypeAndShape, TypeShape)(value, &info)))
-    return 0;
-  int bad = failed(CALL(S_GetDimensionsCount, DimCount)(info, &rank)) || rank > MAX_DIMS
-            || failed(CALL(S_GetDimensions, Dims)(info, dims, rank));
-  CALL(S_ReleaseTensorTypeAndShapeInfo, void (*)(void *))(info);
-  if (bad) return 0;
+  if (read_input(context, 0, &x, &et, dims, &rank, MAX_DIMS) != 0) return 0;
   for (size_t i = 0; i < rank; i++) elems *= dims[i];
   if (elems != plan->elems) return 0;
   if (__atomic_add_fetch(&k->plan_runs, 1, __ATOMIC_RELAXED) > plan->limit) {
     __atomic_store_n(&k->plan, NULL, __ATOMIC_RELEASE);   /* the old one stays allocated: */
     return 0;                                            /* another thread may be running it */
   }
-  if (failed(CALL(S_GetTensorMutableData, Data)(value, &x))) return 0;
   if (failed(CALL(S_KernelContext_GetOutput, GetOutput)(context, 0, dims, rank, &out))
       || out == NULL || failed(CALL(S_GetTensorMutableData, Data)(out, &y)))
     return 0;
@@ -196,12 +208,6 @@ static int run_plan(Kernel *k, Plan *plan, void *context) {
  * -1 in desc[0] when the call's inputs could not be read (Python then records the error). */
 static void op_compute(void *kernel, void *context) {
   typedef OrtStatus *(*GetCount)(const void *, size_t *);
-  typedef OrtStatus *(*GetInput)(const void *, size_t, const void **);
-  typedef OrtStatus *(*TypeShape)(const void *, void **);
-  typedef OrtStatus *(*ElemType)(const void *, int *);
-  typedef OrtStatus *(*DimCount)(const void *, size_t *);
-  typedef OrtStatus *(*Dims)(const void *, int64_t *, size_t);
-  typedef OrtStatus *(*Data)(const void *, void **);
   Kernel *k = kernel;
   size_t n = 0;
   int64_t pos = 2;
@@ -213,20 +219,13 @@ static void op_compute(void *kernel, void *context) {
   if (!failed(CALL(S_KernelContext_GetInputCount, GetCount)(context, &n))) {
     size_t i;
     for (i = 0; i < n; i++) {
-      const void *value = NULL;
-      void *info = NULL, *data = NULL;
+      void *data = NULL;
       int et = 0;
       size_t rank = 0;
-      if (failed(CALL(S_KernelContext_GetInput, GetInput)(context, i, &value)) || value == NULL
-          || failed(CALL(S_GetTensorTypeAndShape, TypeShape)(value, &info)))
+      int64_t room = DESC_LEN - pos - 3;
+      if (room < 0 || read_input(context, i, &data, &et, &desc[pos + 3], &rank,
+                                 (size_t)(room < MAX_DIMS ? room : MAX_DIMS)) != 0)
         break;
-      int bad = failed(CALL(S_GetTensorElementType, ElemType)(info, &et))
-                || failed(CALL(S_GetDimensionsCount, DimCount)(info, &rank))
-                || rank > MAX_DIMS || pos + 3 + (int64_t)rank > DESC_LEN;
-      if (!bad)
-        bad = failed(CALL(S_GetDimensions, Dims)(info, &desc[pos + 3], rank));
-      CALL(S_ReleaseTensorTypeAndShapeInfo, void (*)(void *))(info);
-      if (bad || failed(CALL(S_GetTensorMutableData, Data)(value, &data))) break;
       desc[pos] = (int64_t)(intptr_t)data;
       desc[pos + 1] = et;
       desc[pos + 2] = (int64_t)rank;

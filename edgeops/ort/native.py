@@ -62,11 +62,6 @@ _handles = itertools.count()
 _views: dict[int, np.ndarray] = {}   # a thread's call description buffer -> a view of it
 
 
-def _cache_root() -> Path:
-    root = os.environ.get("EDGEOPS_CACHE_DIR")
-    return Path(root) if root else Path.home() / ".cache" / "edgeops"
-
-
 def _ort_version() -> str:
     import onnxruntime
     return onnxruntime.__version__
@@ -78,9 +73,13 @@ def _key() -> str:
     return h.hexdigest()[:16]
 
 
+def _switched_on(name: str) -> bool:
+    return os.environ.get(name, "1").strip().lower() not in ("0", "off", "false", "no")
+
+
 def wanted() -> bool:
     """Whether sessions should use the native bridge (``EDGEOPS_NATIVE_BRIDGE`` is not 0)."""
-    return os.environ.get(ENV, "1").strip().lower() not in ("0", "off", "false", "no")
+    return _switched_on(ENV)
 
 
 def status() -> dict:
@@ -123,7 +122,8 @@ class _Unavailable(Exception):
 
 
 def _build() -> Path:
-    out = _cache_root() / "native" / f"edgeops_native-{_key()}.so"
+    from edgeops import cache
+    out = cache.root() / "native" / f"edgeops_native-{_key()}.so"
     if out.is_file():
         return out
     cc = os.environ.get("CC") or "cc"
@@ -256,8 +256,7 @@ plan_failures: deque = deque(maxlen=64)   # why regions could not be planned (ru
 
 def plans_wanted() -> bool:
     """Whether regions get native plans (``EDGEOPS_NATIVE_PLANS`` is not 0)."""
-    return os.environ.get("EDGEOPS_NATIVE_PLANS", "1").strip().lower() not in (
-        "0", "off", "false", "no")
+    return _switched_on("EDGEOPS_NATIVE_PLANS")
 
 
 def _watch(handle, spec) -> None:

@@ -452,6 +452,11 @@ class Chain:
             got = self._layouts[keep] = (np.array(slot, np.int64), tuple(kept), n)
         return got
 
+    def _buffer(self, n: int, n_out: int, chunks: int) -> int:
+        """Floats of the one buffer a pass writes: the kept outputs, then two scratch rows
+        (blocks) per chunk when some stage's output is not kept."""
+        return n_out * n + (chunks * 2 * (n // max(self.units, 1)) if n_out < self.k else 0)
+
     def __call__(self, x, keep=None) -> list:
         """Every stage's output for X (views of one buffer); with ``keep`` (a flag per stage),
         only the flagged stages' and the last one's, None for the others: their values then
@@ -464,8 +469,7 @@ class Chain:
         n, units = x.size, self.units
         tc, threads, pool = decide(self.threads, n * self.k if units > 1 else 0)
         chunks = min(units, threads) if pool else 1
-        y = np.empty(n_out * n + (chunks * 2 * (n // max(units, 1)) if n_out < self.k else 0),
-                     np.float32)
+        y = np.empty(self._buffer(n, n_out, chunks), np.float32)
         if n:
             t = time.perf_counter()
             launch(*self._fns, pool, n * self.k, x.reshape(-1), self.scale, self.bias,
@@ -496,7 +500,7 @@ class Chain:
                 return None
         chunks = min(units, threads) if pool else 1
         team = threads if pool else 1
-        size = n + (chunks * 2 * (n // max(units, 1)) if n_out < self.k else 0)
+        size = self._buffer(n, n_out, chunks)
         # as launch(): the pool; alone, the serial twin below SMALL_ELEMENTS, else the parallel
         # one on a one-thread team
         par = pool or work >= SMALL_ELEMENTS
