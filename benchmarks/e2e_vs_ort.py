@@ -1,6 +1,6 @@
 """End to end on ``host``: a package compiled by edgeops vs ONNX Runtime on the original model.
 
-For each test model and thread count T: ``edgeops.cli.compile.compile_model(model, "host", PKG,
+For each test model and thread count T: ``edgeops.pipeline.compile.compile_model(model, "host", PKG,
 threads=T)`` (the API behind ``edgeops compile MODEL --board host --threads T -o PKG``, default
 ``--lower auto``: a node is lowered to an edgeops kernel only where host measurements at T threads
 say it beats ONNX Runtime's), then the median latency of the package's session
@@ -159,7 +159,7 @@ def time_sessions(sessions, feeds, runs: int, warmup: int, blocks: int = 10,
 def run_model(name: str, threads_list, runs: int, warmup: int, workdir: str,
               budget_s: float = 1.5) -> dict:
     from edgeops import package
-    from edgeops.cli.compile import compile_model
+    from edgeops.pipeline.compile import compile_model
     model = build(name)
     out = {"model": name, "nodes_original": len(model.graph.node), "by_threads": []}
     for th in threads_list:     # a package per thread count: its lowering is decided at it

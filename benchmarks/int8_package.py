@@ -53,8 +53,8 @@ def _time(run, reps):
 
 def bench(name, model, inp, shape, reps, threads):
     from edgeops import package
-    from edgeops.cli.compile import compile_model
-    from edgeops.quantize.chain import quantize_for_compile
+    from edgeops.pipeline.compile import compile_model
+    from edgeops.pipeline.quantize import quantize_for_compile
     rng = np.random.default_rng(0)
     calib = [{inp: rng.standard_normal(shape).astype(np.float32)} for _ in range(8)]
     feed = {inp: rng.standard_normal(shape).astype(np.float32)}

@@ -87,7 +87,7 @@ class _Stamps:
 
 def breakdown(name: str, threads: int, runs: int, stamps: _Stamps) -> dict:
     from edgeops import package
-    from edgeops.cli.compile import compile_model
+    from edgeops.pipeline.compile import compile_model
     m = build(name)
     with tempfile.TemporaryDirectory() as tmp:
         compile_model(m, "host", f"{tmp}/pkg", mode="all", threads=threads, verify=False)

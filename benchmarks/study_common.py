@@ -53,7 +53,8 @@ def role_traffic(op, board, tiling) -> dict[str, int]:
     from the simulator's moves (fixed passes of a decomposition not included)."""
     import numpy as np
     from edgeops.tiling import problem_for
-    from edgeops.tiling.model import batch_from_tilings, evaluate
+    from edgeops.tiling.batch import batch_from_tilings
+    from edgeops.tiling.model import evaluate
     p = problem_for(op, board, tiling.decomposition)
     s = evaluate(p, batch_from_tilings(p, [tiling]))
     off = p.hw.offchip.name

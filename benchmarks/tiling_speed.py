@@ -40,7 +40,7 @@ CASES = [
 def candidate_batch(p, target=1_500_000):
     """The search's joint enumeration of every level, sized to about ``target`` candidates."""
     from edgeops.tiling.enumerate import Config, defaults, expand, level_values
-    from edgeops.tiling.model import nest_plans
+    from edgeops.tiling.batch import nest_plans
     L = len(nest_plans(p))
     dflt = defaults(p)
     for lim in (24, 16, 12, 10, 8, 6, 5, 4, 3):
@@ -53,7 +53,8 @@ def candidate_batch(p, target=1_500_000):
 
 
 def time_evaluate(p, b, repeats):
-    from edgeops.tiling.model import evaluate, take
+    from edgeops.tiling.batch import take
+    from edgeops.tiling.model import evaluate
     from edgeops.tiling.search import CHUNK
     best = float("inf")
     legal = 0

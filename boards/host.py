@@ -23,10 +23,11 @@ import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from edgeops import cache
+from edgeops.cache import ENV as CACHE_ENV
 from edgeops.errors import EdgeOpsWarning
 
 METHOD_VERSION = 1          # bump when the measurement changes; old cache entries are re-measured
-CACHE_ENV = "EDGEOPS_CACHE_DIR"
 SYS_CPU = "/sys/devices/system/cpu"
 PROC_CPUINFO = "/proc/cpuinfo"
 PROC_MEMINFO = "/proc/meminfo"
@@ -283,10 +284,7 @@ print(json.dumps(out))
 
 
 def cache_dir() -> Path:
-    if os.environ.get(CACHE_ENV):
-        return Path(os.environ[CACHE_ENV])
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "edgeops"
+    return cache.root()
 
 
 def cache_file() -> Path:

@@ -404,16 +404,13 @@ def _no_strays(root: Path, allowed: set) -> None:
 
 
 def _check_kernels(doc: dict) -> None:
-    import importlib
     from edgeops.errors import EdgeOpsError
-    from edgeops.registry import kernel_by_name, load_targets
+    from edgeops.pipeline.targets import import_target, load_targets
+    from edgeops.registry import kernel_by_name
     load_targets()
     for t in doc.get("targets", []):
-        if t not in ("onnxruntime", "reference"):
-            try:
-                importlib.import_module(f"edgeops.targets.{t}")
-            except ImportError:
-                pass     # reported below as missing kernels
+        if t != "onnxruntime":
+            import_target(t)     # a missing one is reported below as missing kernels
     missing = []
     for k in doc.get("kernels", []):
         try:
@@ -424,3 +421,15 @@ def _check_kernels(doc: dict) -> None:
         raise PackageError(f"{MANIFEST}: kernels {missing} are not in this edgeops "
                            f"({__import__('edgeops').__version__}); the package was compiled by "
                            f"edgeops {doc.get('edgeops_version')}: install that or compile again")
+
+
+def unpinned(m):
+    """The package's model with every node on the numpy reference kernels (no kernel/tiling)."""
+    import onnx
+    c = onnx.ModelProto()
+    c.CopyFrom(m)
+    for node in c.graph.node:
+        keep = [a for a in node.attribute if a.name not in ("kernel", "tiling")]
+        del node.attribute[:]
+        node.attribute.extend(keep)
+    return c

@@ -119,20 +119,35 @@ def unregister_kernel(name: str) -> None:
         del _KERNELS[(k.op, k.target)]
 
 
-def load_targets() -> None:
-    """Import every module that registers kernels (explicit list, no directory scan)."""
-    import edgeops.targets  # noqa: F401  (registers what the targets provide)
-    import edgeops.reference_kernels  # noqa: F401
+_loaded = False
+
+
+def mark_targets_loaded() -> None:
+    """Called by the target loader (:mod:`edgeops.pipeline.targets`) once every target has
+    registered; core never imports a target itself."""
+    global _loaded
+    _loaded = True
+
+
+def targets_loaded() -> bool:
+    return _loaded
+
+
+def _require_targets() -> None:
+    # a query before the loader ran would answer "no kernel" for every node, silently
+    if not _loaded:
+        raise RuntimeError("the kernel registry was queried before the targets were loaded: "
+                           "call edgeops.pipeline.targets.load_targets() first")
 
 
 def kernels(op: str | None = None, target: str | None = None) -> list[Kernel]:
-    load_targets()
+    _require_targets()
     return [k for (o, t), ks in sorted(_KERNELS.items()) for k in ks
             if (op is None or o == op) and (target is None or t == target)]
 
 
 def kernel_by_name(name: str) -> Kernel:
-    load_targets()
+    _require_targets()
     if name not in _BY_NAME:
         raise KernelNotFoundError(f"no kernel named {name!r}; known: {', '.join(sorted(_BY_NAME))}")
     return _BY_NAME[name]
@@ -186,7 +201,7 @@ def select(node: NodeLike, board) -> Selection:
 def support_matrix(ops: Iterable[str] | None = None) -> dict[str, dict[str, list[str]]]:
     """{op: {target: sorted dtypes}} over every registered kernel (and every defined op)."""
     from edgeops.ops import all_ops
-    load_targets()
+    _require_targets()
     names = list(ops) if ops is not None else sorted({op_key(o.name, o.domain) for o in all_ops()}
                                                      | {o for (o, _t) in _KERNELS})
     out: dict[str, dict[str, list[str]]] = {}

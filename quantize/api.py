@@ -16,13 +16,10 @@ from edgeops.quantize.qdq import build, find_nodes, model_inputs, prepare, sessi
 
 
 def load_onnx(model):
-    """A ModelProto from a path, bytes, ``"sample"`` or a ModelProto."""
+    """A ModelProto from a path, bytes or a ModelProto (the pipeline resolves ``"sample"``)."""
     import onnx
     if isinstance(model, onnx.ModelProto):
         return model
-    if isinstance(model, str) and model == "sample":
-        from edgeops.sample import build_sample_model
-        return build_sample_model()
     if isinstance(model, (bytes, bytearray)):
         return onnx.load_from_string(bytes(model))
     path = os.fspath(model)
@@ -201,51 +198,22 @@ def mixed_precision(m, qnodes, act_params, batches, ref_outs, layers, target_db,
                    "kept_float": keep, "steps": steps}
 
 
-def latency_cost(m, qnodes, keep: list[str], board) -> dict:
-    """Predicted latency (simulator, naive tilings) of each quantized node in float and int8 on
-    ``board``, and what keeping ``keep`` in float costs."""
-    from edgeops import boards
-    from edgeops.tiling.api import naive, predict
-    from edgeops.tiling.graphsim import board_cast, cast_space, load_model
-    from edgeops.tiling.from_node import space_from_node
-    b = boards.load(board)
-    g = load_model(m)
-    cast = board_cast(b)     # "float" is what the board runs fp32 in (fp16 on Cube/tensor cores)
-    rows, unavailable = {}, {}
-    for q in qnodes:
-        try:
-            sp = space_from_node(g.node(q.name))
-            if isinstance(sp, str):
-                raise EdgeOpsError(sp)
-            sf = cast_space(sp, cast)
-            f = predict(sf, b, naive(sf, b)).prediction.latency_s
-            s8 = cast_space(sp, {sp.dtype: "int8"})
-            i8 = predict(s8, b, naive(s8, b)).prediction.latency_s
-            rows[q.name] = {"float_dtype": sf.dtype, "float_s": f, "int8_s": i8}
-        except Exception as e:  # noqa: BLE001  (a node the simulator cannot cost: say so)
-            unavailable[q.name] = f"{type(e).__name__}: {e}"
-    all_int8 = sum(r["int8_s"] for r in rows.values())
-    mixed = sum(r["float_s"] if n in keep else r["int8_s"] for n, r in rows.items())
-    return {"board": b.name, "tiling": "naive", "nodes": rows, "unavailable": unavailable,
-            "quantized_nodes_int8_s": all_int8, "mixed_s": mixed, "cost_s": mixed - all_int8,
-            "kept_unavailable": [n for n in keep if n in unavailable]}
-
-
 def quantize_model(model, calib, *, method: str = "minmax", per_channel: bool = True,
                    activation_type: str = "int8", weight_method: str = "minmax",
                    quantize_outputs: bool = False, bias_correction: bool = True,
                    target_sqnr: float | None = None,
-                   eval_data=None, board: str | None = None, progress=None,
+                   eval_data=None, latency_cost=None, progress=None,
                    mean=(0.0,), std=(1.0,), layout: str = "NCHW"):
-    """Quantize ``model`` (path, bytes, ModelProto or ``"sample"``) with calibration data
+    """Quantize ``model`` (path, bytes or ModelProto) with calibration data
     ``calib`` (a reader, a list of {input: array}, an .npz, a folder, image paths, or
     ``"random"``). Returns (QDQ ModelProto, report dict).
 
     ``method``: the activation observer (minmax, percentile, entropy, mse); ``weight_method``:
     minmax (max|w| / 127 per channel) or mse; ``target_sqnr``: dB the end-to-end output must
     reach, keeping the least tolerant layers in float; ``eval_data``: held-out data for the
-    analysis (default: the calibration set); ``board``: cost the float layers in predicted
-    latency; ``quantize_outputs``: Q/DQ on the quantized nodes' outputs too (the full QDQ
+    analysis (default: the calibration set); ``latency_cost(model, qnodes, kept_float) -> dict``:
+    cost the float layers in predicted latency (``report["latency"]``; the pipeline's
+    :func:`edgeops.pipeline.quantize.latency_cost` with a board bound); ``quantize_outputs``: Q/DQ on the quantized nodes' outputs too (the full QDQ
     unit ORT runs as QLinearConv/QLinearMatMul); ``bias_correction``: subtract each quantized
     node's mean output error on the calibration set from its bias (:func:`correct_bias`; off:
     the plain QDQ model ORT's quantize_static would write); ``progress(done, total)`` after
@@ -291,7 +259,7 @@ def quantize_model(model, calib, *, method: str = "minmax", per_channel: bool = 
                                   float(target_sqnr), bias_fix=fixes, **kw)
         report["mixed_precision"] = mp
         report["end_to_end_mixed"] = e2e_of(qdq, evals, ref_outs)
-    if board is not None:
+    if latency_cost is not None:
         keep = report["mixed_precision"]["kept_float"] if report["mixed_precision"] else []
-        report["latency"] = latency_cost(m, qnodes, keep, board)
+        report["latency"] = latency_cost(m, qnodes, keep)
     return qdq, report

@@ -1,5 +1,5 @@
 """Observers: from the values a tensor took during calibration to its quantization range, and
-the INT8 arithmetic of DESIGN.md (symmetric int8 weights per output channel, int8/uint8
+the INT8 arithmetic of :mod:`edgeops.ops.qarith` (symmetric int8 weights per output channel, int8/uint8
 activations per tensor with a zero point, int32 bias with scale s_in * s_w, QuantizeLinear
 rounding: half to even, saturate).
 

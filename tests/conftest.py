@@ -4,7 +4,9 @@ import zlib
 import numpy as np
 import pytest
 
-FULL = os.environ.get("EDGEOPS_TEST_FULL") == "1"
+from edgeops.env import switch
+
+FULL = switch("EDGEOPS_TEST_FULL", False)
 
 
 @pytest.fixture(autouse=True, scope="session")

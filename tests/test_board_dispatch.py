@@ -8,8 +8,8 @@ import pytest
 from onnx import TensorProto, helper
 
 import edgeops.ort as eort
-from edgeops.cli.compile import compile_model
-from edgeops.cli.run import run_package
+from edgeops.pipeline.compile import compile_model
+from edgeops.run import run_package
 from edgeops.ort.dispatch import DISPATCH_ATTR
 from edgeops.registry import register_kernel, unregister_kernel
 

@@ -98,7 +98,7 @@ def test_table_file_is_per_machine_and_versions(monkeypatch):
 
 
 def test_tune_measure_table_fills_the_file_the_policy_reads(monkeypatch):
-    from edgeops.cli.tune import measure_table
+    from edgeops.pipeline.measure import measure_table
     doc = measure_table(_chain(), "host", remeasure=True)
     assert doc["measured_now"] >= 1 and doc["entries"]
     for e in doc["entries"]:
@@ -121,7 +121,7 @@ def test_tune_measure_table_fills_the_file_the_policy_reads(monkeypatch):
 def test_entries_are_per_thread_count(monkeypatch):
     """A package's thread count picks its own figures: entries measured at one count are not
     read at another, and both live in the one table file."""
-    from edgeops.cli.tune import measure_table
+    from edgeops.pipeline.measure import measure_table
     one = measure_table(_chain(), "host", threads=1)
     assert one["threads"] == 1 and one["entries"]
     assert all(e["key"].startswith("t1|") and e["threads"] == 1 for e in one["entries"])
@@ -244,7 +244,9 @@ def test_a_region_is_measured_through_the_bridge_against_its_original_nodes():
     region's output is ONNX Runtime's (a cut that dropped a node would not be)."""
     from edgeops import graph
     from edgeops.passes import run_passes
+    from edgeops.pipeline.targets import load_targets
     from edgeops.registry import kernel_by_name
+    load_targets()
     src = graph.load(_two_blocks())
     fused = graph.load(run_passes(src.model)[0], check=False)
     run = [n for n in fused.nodes if n.name in ("relu", "ln1")]

@@ -23,8 +23,8 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from edgeops.cli.compile import compile_model
-from edgeops.cli.run import run_package
+from edgeops.pipeline.compile import compile_model
+from edgeops.run import run_package
 from edgeops.zoo import randomise_weights
 
 LIGHT = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"

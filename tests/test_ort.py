@@ -152,8 +152,10 @@ def test_kernel_failure_is_raised_after_run_and_the_process_survives(rng, test_k
     m, _ = swiglu_model(rng, kernel="test.swiglu_broken")
     s = eort.session(m)
     x = rng.standard_normal(X).astype(np.float32)
-    with pytest.raises(eort.KernelRuntimeError, match="node 'swiglu'.*ValueError: deliberate"):
+    with pytest.raises(eort.KernelRuntimeError, match="node 'swiglu'.*ValueError: deliberate") as ei:
         s.run(None, {"x": x})
+    # structured: compile's repair moves exactly these nodes, reading no message text
+    assert list(ei.value.failures) == ["swiglu"] and "deliberate" in ei.value.failures["swiglu"]
     assert "deliberate failure" in capfd.readouterr().err
     # in a session of one's own the NaN outputs come back and raise_errors reports
     so = eort.register(ort.SessionOptions())

@@ -106,7 +106,7 @@ def test_rules_this_edgeops_cannot_follow_are_refused(pkg, rules, match):
 
 
 def test_edgeops_run_reports_fallbacks(pkg, patch_kernel):
-    from edgeops.cli.run import run_package
+    from edgeops.run import run_package
     patch_kernel(_raise)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", EdgeOpsWarning)

@@ -7,6 +7,9 @@ import pytest
 from edgeops import registry
 from edgeops.errors import KernelNotFoundError
 from edgeops.ops import all_ops, get_op
+from edgeops.pipeline.targets import load_targets
+
+load_targets()      # the pipeline's loader fills the registry; core never imports a target
 
 
 @dataclass
@@ -102,3 +105,19 @@ def test_node_without_any_kernel_stays_in_onnxruntime():
     s = registry.select(FakeNode("NonMaxSuppression"), FakeBoard())
     assert s.kernel is None and s.reason.startswith("stays in ONNX Runtime")
     assert "available: none" in s.reason
+
+
+def test_registry_refuses_queries_before_the_targets_are_loaded():
+    """A fresh process: the registry answers only once the pipeline's loader has run (an empty
+    answer would silently keep every node in ONNX Runtime)."""
+    import subprocess
+    import sys
+    code = ("from edgeops import registry\n"
+            "try:\n    registry.kernels('Conv')\nexcept RuntimeError as e:\n    print('refused:', e)\n"
+            "from edgeops.pipeline.targets import load_targets\nload_targets()\n"
+            "print(len(registry.kernels('Conv')) > 0, registry.targets_loaded())\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    lines = r.stdout.strip().splitlines()
+    assert lines[0].startswith("refused:") and "load_targets" in lines[0]
+    assert lines[1] == "True True"

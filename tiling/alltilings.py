@@ -12,9 +12,9 @@ import numpy as np
 
 from edgeops.errors import TilingError
 from edgeops.simulator import tilemath as tm
+from edgeops.tiling.batch import nest_plans
 from edgeops.tiling.candidates import granules
 from edgeops.tiling.enumerate import Config, defaults, expand
-from edgeops.tiling.model import nest_plans
 
 
 def all_values(D: int, g: int) -> np.ndarray:

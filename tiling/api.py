@@ -12,7 +12,8 @@ from edgeops.errors import OpSpecError
 from edgeops.simulator.evaluate import Prediction
 from edgeops.simulator.hardware import from_board
 from edgeops.tiling.legality import check
-from edgeops.tiling.model import batch_from_tilings, evaluate, prediction
+from edgeops.tiling.batch import batch_from_tilings
+from edgeops.tiling.model import evaluate, prediction
 from edgeops.tiling.naive import naive_tiling
 from edgeops.tiling.problem import Problem, get_problem, problems
 from edgeops.tiling.spaces import Space, parse_spec

@@ -16,6 +16,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from edgeops import cache as edgeops_cache
 from edgeops.simulator.evaluate import Prediction
 from edgeops.tiling.api import Evaluated, as_space
 from edgeops.tiling.tiling import Tiling
@@ -25,8 +26,7 @@ COST_MODEL_VERSION = "5"
 
 
 def cache_dir() -> Path:
-    root = os.environ.get("EDGEOPS_CACHE_DIR")
-    return Path(root) / "tuning" if root else Path.home() / ".cache" / "edgeops" / "tuning"
+    return edgeops_cache.root() / "tuning"
 
 
 def board_hash(board) -> str:

@@ -14,9 +14,8 @@ import math
 import numpy as np
 
 from edgeops.simulator import tilemath as tm
-from edgeops.simulator.gemmview import max_block
-from edgeops.simulator.nest import Candidates, NestEval
-from edgeops.tiling.model import Batch, nest_plans
+from edgeops.simulator.nest import Candidates
+from edgeops.tiling.batch import Batch, nest_plans
 from edgeops.tiling.problem import legal_granule
 
 
@@ -108,24 +107,6 @@ def product_index(sizes: list[int]) -> list[np.ndarray]:
     """Index arrays of the Cartesian product of ``sizes`` (last varies fastest)."""
     total = int(np.prod(sizes, dtype=np.int64)) if sizes else 1
     return list(np.unravel_index(np.arange(total, dtype=np.int64), sizes)) if sizes else []
-
-
-def view_block_max(p, b: Batch) -> dict:
-    """Largest block of the level above the GEMM view, per candidate (m, n, k)."""
-    plans = nest_plans(p)
-    ev = NestEval(p.nest, b.cand, p.levels[:len(plans)], p.hw.offchip.name)
-    cls = lambda d: ev.classes_n(len(plans) - 1, d)
-    v = p.view
-    return {"m": max_block([cls(d) for d in v.m_dims]),
-            "k": max_block([[(s * v.taps, c) for s, c in cls(v.k_dim)]]),
-            "n": max_block([cls(v.n_dim)])}
-
-
-def gathered(b: Batch, d: str) -> np.ndarray:
-    """View tile ``d`` per candidate."""
-    vi = b.view_index or {}
-    t = np.asarray(b.view_tiles[d])
-    return np.take(t, vi[d]) if d in vi else t
 
 
 def granules(p, j: int) -> dict[str, int]:

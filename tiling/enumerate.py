@@ -13,10 +13,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from edgeops.simulator import tilemath as tm
+from edgeops.tiling.batch import Batch, nest_plans, view_block_max
 from edgeops.tiling.candidates import (bufs_options, build_batch, capacity_extra, granules,
-                                       order_split_combos, product_index, tile_values,
-                                       view_block_max)
-from edgeops.tiling.model import Batch, evaluate, nest_plans
+                                       order_split_combos, product_index, tile_values)
+from edgeops.tiling.model import evaluate
 from edgeops.tiling.naive import _order
 
 

@@ -29,15 +29,11 @@ PLAN_VERSION = 1
 
 
 def load_model(model, shapes=None):
-    """A Graph from a Graph, a path, bytes, a ModelProto or ``"sample"`` (the bundled model)."""
+    """A Graph from a Graph, a path, bytes or a ModelProto (the pipeline resolves named models:
+    :func:`edgeops.pipeline.models.load_graph`)."""
     from edgeops import graph
     if isinstance(model, graph.Graph):
         return model
-    if isinstance(model, str) and model == "sample":
-        from edgeops.sample import SAMPLE_MODEL_NAME, build_sample_model
-        g = graph.load(build_sample_model(), shapes)
-        g.source = f"sample ({SAMPLE_MODEL_NAME})"
-        return g
     return graph.load(model, shapes)
 
 

@@ -14,9 +14,10 @@ import numpy as np
 from edgeops.errors import TilingError
 from edgeops.simulator import tilemath as tm
 from edgeops.tiling.api import as_space, problem_for
-from edgeops.tiling.candidates import tile_values, view_block_max
+from edgeops.tiling.batch import batch_from_tilings, nest_plans, view_block_max
+from edgeops.tiling.candidates import tile_values
 from edgeops.tiling.legality import fit
-from edgeops.tiling.model import batch_from_tilings, evaluate, nest_plans
+from edgeops.tiling.model import evaluate
 from edgeops.tiling.problem import legal_granule
 from edgeops.tiling.tiling import Tiling
 

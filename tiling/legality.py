@@ -22,7 +22,7 @@ import numpy as np
 
 from edgeops.errors import TilingError
 from edgeops.simulator import tilemath as tm
-from edgeops.tiling.model import Batch, batch_from_tilings, nest_plans
+from edgeops.tiling.batch import Batch, batch_from_tilings, nest_plans, view_block_max
 from edgeops.tiling.problem import legal_granule
 from edgeops.tiling.tiling import Tiling
 
@@ -163,7 +163,6 @@ def _granule_msg(p, j, d, tiles: dict, g) -> str:
 def _view_violations(p, b: Batch, first_only: bool):
     """Granules of the view tiles; with ``first_only`` (a tiling file) also: within the block.
     Search batches may hold view tiles beyond a block: they stand for the whole block."""
-    from edgeops.tiling.candidates import view_block_max
     j = len(nest_plans(p))
     vi = b.view_index or {}
     for d in "mnk":

@@ -1,6 +1,4 @@
-"""Bridge between ``Tiling`` values and the simulator's vectorised evaluation.
-
-A :class:`Batch` is a set of tilings of one :class:`~edgeops.tiling.problem.Problem` as arrays;
+"""The simulator's vectorised evaluation of a :class:`~edgeops.tiling.batch.Batch` of tilings:
 ``evaluate`` returns the simulator's arrays plus the fixed passes of the decomposition (which add
 their bytes and their latency: they are separate kernels, run before/after the tiled one).
 """
@@ -11,24 +9,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from edgeops.simulator.evaluate import Evaluation, Prediction, evaluate_nest
-from edgeops.simulator.gemmview import GEMM_PERMS
-from edgeops.simulator.nest import Candidates
-from edgeops.tiling.tiling import LevelTiling, Tiling
-
-
-@dataclass
-class Batch:
-    cand: Candidates
-    view_tiles: dict | None = None
-    view_order: np.ndarray | None = None
-    view_bufs: dict | None = None
-    view_index: dict | None = None    # view dim -> row of view_tiles[dim] (table mode)
-
-    @property
-    def n(self) -> int:
-        if self.cand.orders:
-            return self.cand.n
-        return len(self.view_order)
+from edgeops.tiling.batch import Batch
+from edgeops.tiling.legality import legal_mask
 
 
 @dataclass
@@ -43,10 +25,6 @@ class Scores:
         return self.offchip_bytes.astype(float) if kind == "traffic" else self.latency_s
 
 
-def nest_plans(p):
-    return [pl for pl in p.plans if not pl.view]
-
-
 def evaluate(p, batch: Batch) -> Scores:
     ev = evaluate_nest(p.hw, p.levels, p.nest, batch.cand, dtype=p.dtype, view=p.view,
                        view_tiles=batch.view_tiles, view_order=batch.view_order,
@@ -57,7 +35,6 @@ def evaluate(p, batch: Batch) -> Scores:
     off = ev.offchip_bytes + sum(_offchip(p.hw, f.hop_bytes) for f in p.fixed)
     lat = np.broadcast_to(lat, (batch.n,))
     off = np.broadcast_to(off, (batch.n,))
-    from edgeops.tiling.legality import legal_mask
     s = Scores(ev, lat, off)
     s.legal = legal_mask(p, batch, ev)
     return s
@@ -92,82 +69,3 @@ def prediction(p, scores: Scores, i: int) -> Prediction:
         util[u] = c / hz / lat if lat > 0 else 0.0
     return Prediction(hops, int(scores.offchip_bytes[i]), cycles, lat, util, base.bound,
                       p.space.flops, stages)
-
-
-# ---- Tiling <-> arrays ----------------------------------------------------------------------
-
-def batch_from_tilings(p, tilings: list[Tiling]) -> Batch:
-    """Arrays of already fitted tilings (see ``legality.fit``)."""
-    plans = nest_plans(p)
-    tiles, orders, bufs = [], [], []
-    for j, pl in enumerate(plans):
-        lvs = [t.levels[j] for t in tilings]
-        tiles.append({d: np.array([lv.size(d) for lv in lvs], dtype=np.int64) for d in pl.dims})
-        orders.append(np.array([pl.perms.index(lv.order) for lv in lvs]))
-        bufs.append({r: np.array([lv.bufs(r) for lv in lvs]) for r in pl.roles})
-    split_dims = sorted({d for t in tilings for d, _ in t.split})
-    parts = {d: np.array([dict(t.split).get(d, 1) for t in tilings]) for d in split_dims}
-    cand = Candidates(tiles, orders, [list(pl.perms) for pl in plans], bufs, parts)
-    b = Batch(cand)
-    if p.view is not None:
-        lvs = [t.levels[-1] for t in tilings]
-        b.view_tiles = {d: np.array([lv.size(d) for lv in lvs], dtype=np.int64) for d in "mnk"}
-        b.view_order = np.array([GEMM_PERMS.index(lv.order) for lv in lvs])
-        b.view_bufs = {r: np.array([lv.bufs(r) for lv in lvs]) for r in p.plans[-1].roles}
-    return b
-
-
-def _pick(a, i, idx=None):
-    a = np.asarray(a)
-    if idx is not None and a.ndim:
-        return int(a[idx[i]])
-    return int(a[i]) if a.ndim else int(a)
-
-
-def tiling_from_batch(p, b: Batch, i: int) -> Tiling:
-    """Build the ``Tiling`` of candidate ``i`` (only for the few the search returns)."""
-    levels = []
-    c = b.cand
-    for j, pl in enumerate(nest_plans(p)):
-        lv = p.levels[j]
-        tile = tuple((d, _pick(c.tiles[j][d], i, c.index.get(d))) for d in pl.dims)
-        order = pl.perms[_pick(c.orders[j], i)]
-        bufs = tuple(sorted((r, _pick(c.bufs[j][r], i)) for r in pl.roles if r in c.bufs[j]))
-        levels.append(LevelTiling(pl.name, tile, order, bufs, lv.holds))
-    if p.view is not None:
-        pl, lv = p.plans[-1], p.levels[-1]
-        from edgeops.tiling.candidates import view_block_max
-        from edgeops.simulator.tilemath import roundup
-        one = Batch(Candidates([{d: np.array([t]) for d, t in lvt.tile} for lvt in levels],
-                               [np.array([0])] * len(levels), [list(x.perms) for x in nest_plans(p)],
-                               [{}] * len(levels)))
-        bmax = view_block_max(p, one)
-        g = p.hw.cube_granules(p.dtype) if p.hw.family == "ascend" else {"m": 1, "n": 1, "k": 1}
-        vi = b.view_index or {}
-        # a view tile larger than its block means the whole block: store that (legal) size
-        tile = tuple((d, min(_pick(b.view_tiles[d], i, vi.get(d)),
-                             int(roundup(int(np.reshape(bmax[d], -1)[0]), g[d])))) for d in "mnk")
-        order = GEMM_PERMS[_pick(b.view_order, i)]
-        bufs = tuple(sorted((r, _pick(b.view_bufs[r], i)) for r in pl.roles if r in b.view_bufs))
-        levels.append(LevelTiling(pl.name, tile, order, bufs, lv.holds))
-    split = tuple((d, _pick(v, i)) for d, v in sorted(c.parts.items()) if _pick(v, i) > 1)
-    return Tiling(p.space.kind, p.decomposition, p.hw.target if p.hw.family != "flat" else "flat",
-                  tuple(levels), split)
-
-
-def take(b: Batch, sl) -> Batch:
-    """Candidates ``sl`` (a slice or an index array) of a batch; tables are shared."""
-    c = b.cand
-    cut = lambda a: a[sl] if np.ndim(a) else a
-    cand = Candidates(c.tiles if c.index else [{d: cut(v) for d, v in lv.items()} for lv in c.tiles],
-                      [cut(o) for o in c.orders], c.perms,
-                      [{r: cut(v) for r, v in lv.items()} for lv in c.bufs],
-                      {d: cut(v) for d, v in c.parts.items()}, {d: cut(v) for d, v in c.index.items()})
-    out = Batch(cand)
-    if b.view_tiles is not None:
-        vi = b.view_index
-        out.view_tiles = b.view_tiles if vi else {d: cut(v) for d, v in b.view_tiles.items()}
-        out.view_index = {d: cut(v) for d, v in vi.items()} if vi else None
-        out.view_order = cut(b.view_order)
-        out.view_bufs = {r: cut(v) for r, v in b.view_bufs.items()}
-    return out

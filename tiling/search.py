@@ -18,7 +18,8 @@ from edgeops.errors import TilingError
 from edgeops.tiling.api import Evaluated, as_space, hardware
 from edgeops.tiling.bounds import compulsory_bytes, lower_bound_bytes
 from edgeops.tiling.enumerate import Config, configs_of, defaults, expand, level_values
-from edgeops.tiling.model import evaluate, nest_plans, prediction, take, tiling_from_batch
+from edgeops.tiling.batch import nest_plans, take, tiling_from_batch
+from edgeops.tiling.model import evaluate, prediction
 from edgeops.tiling.problem import Problem, problems
 
 OBJECTIVES = ("latency", "traffic")

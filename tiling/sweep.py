@@ -19,6 +19,7 @@ a user error gives ``{"error": ...}`` instead of stopping the sweep.
 """
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import os
@@ -90,8 +91,9 @@ def load(path) -> list[dict]:
         raise EdgeOpsError(f"sweep file {os.fspath(path)!r} is not valid JSON: {e}") from None
 
 
-def run_point(point: dict) -> dict:
-    """Simulate one point; deterministic (no timings), JSON-able."""
+def run_point(point: dict, load_model=None) -> dict:
+    """Simulate one point; deterministic (no timings), JSON-able. ``load_model(name)``: what a
+    point's ``"model"`` names (default: a path; the CLI also takes ``"sample"``)."""
     from edgeops.tiling.graphsim import simulate_model, simulate_op
     out = {k: point[k] for k in ("label", "op", "model", "board") if k in point}
     tiling = point.get("tiling", "auto")
@@ -111,7 +113,8 @@ def run_point(point: dict) -> dict:
                 out["candidates_evaluated"] = d["candidates_evaluated"]
                 out["lower_bound_bytes"] = d.get("lower_bound_bytes")
         else:
-            d = simulate_model(point["model"], point["board"], cache=False, **kw).to_dict()
+            model = point["model"] if load_model is None else load_model(point["model"])
+            d = simulate_model(model, point["board"], cache=False, **kw).to_dict()
             out.update({k: d[k] for k in ("total_latency_s", "offchip_bytes", "launches",
                                           "peak_memory_bytes", "arena_bytes", "flops", "counts")})
             out["nodes"] = len(d["nodes"])
@@ -132,35 +135,38 @@ class SweepResult:
                 "errors": sum(1 for r in self.results if "error" in r), "results": self.results}
 
 
-def sweep(points, *, workers: int | None = None, scheduler=None, progress=None) -> SweepResult:
+def sweep(points, *, workers: int | None = None, scheduler=None, progress=None,
+          load_model=None) -> SweepResult:
     """Run ``points`` (a list of point dicts or a sweep document). ``workers``: processes of the
     local pool (default: CPU count; 0 runs in this process). ``scheduler``: run on Dask instead.
-    ``progress(done, total)`` as points finish."""
+    ``progress(done, total)`` as points finish. ``load_model``: see :func:`run_point` (a
+    module-level function: it travels to the workers by name)."""
     points = expand(points)
+    one = functools.partial(run_point, load_model=load_model)
     t0 = time.perf_counter()
     if scheduler is not None:
-        results, backend = _dask(points, scheduler, progress)
+        results, backend = _dask(points, one, scheduler, progress)
     elif workers == 0:
         results = []
         for i, p in enumerate(points):
-            results.append(run_point(p))
+            results.append(one(p))
             if progress:
                 progress(i + 1, len(points))
         backend = "serial"
     else:
         n = max(1, min(workers or os.cpu_count() or 1, len(points)))
-        results = _pool(points, n, progress)
+        results = _pool(points, one, n, progress)
         backend = f"process-pool ({n} workers)"
     return SweepResult(results, backend, time.perf_counter() - t0, points)
 
 
-def _pool(points, workers, progress) -> list[dict]:
+def _pool(points, one, workers, progress) -> list[dict]:
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor, as_completed
     out: list = [None] * len(points)
     ctx = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as ex:
-        futs = {ex.submit(run_point, p): i for i, p in enumerate(points)}
+        futs = {ex.submit(one, p): i for i, p in enumerate(points)}
         for done, f in enumerate(as_completed(futs), 1):
             out[futs[f]] = f.result()
             if progress:
@@ -168,7 +174,7 @@ def _pool(points, workers, progress) -> list[dict]:
     return out
 
 
-def _dask(points, scheduler, progress) -> tuple[list[dict], str]:
+def _dask(points, one, scheduler, progress) -> tuple[list[dict], str]:
     try:
         from dask.distributed import Client, as_completed
     except ImportError:
@@ -187,7 +193,7 @@ def _dask(points, scheduler, progress) -> tuple[list[dict], str]:
         client = Client(scheduler)
         own = True
     try:
-        futs = client.map(run_point, points, pure=False)
+        futs = client.map(one, points, pure=False)
         index = {f.key: i for i, f in enumerate(futs)}
         out: list = [None] * len(points)
         for done, f in enumerate(as_completed(futs), 1):

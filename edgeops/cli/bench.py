@@ -1,11 +1,11 @@
 """``edgeops bench PKG --to URI [--runs N] [--profile-runs N] [--json]``: benchmark the package a
 board runs (edgeops deploy first): cold start in a fresh process (Numba compiles or cache loads
 counted), latency p50/p90/p99, throughput, peak RSS, and ONNX Runtime's per-node profile mapped
-onto the placement table next to the simulator's prediction. :func:`edgeops.bench.bench` is the
+onto the placement table next to the simulator's prediction. :func:`edgeops.deploy.bench.bench` is the
 same in Python."""
 from __future__ import annotations
 
-from edgeops.cli.common import console, print_json
+from edgeops.cli.common import console, fmt_s, print_json
 
 
 def add(sub):
@@ -20,7 +20,7 @@ def add(sub):
 
 
 def run(args) -> int:
-    from edgeops.bench import bench
+    from edgeops.deploy.bench import bench
     from edgeops.errors import EdgeOpsError
     if args.runs < 1 or args.profile_runs < 1:
         raise EdgeOpsError("--runs and --profile-runs must be at least 1")
@@ -35,7 +35,6 @@ def run(args) -> int:
 def print_report(doc: dict) -> None:
     from rich.markup import escape
     from rich.table import Table
-    from edgeops.cli.compile import fmt_s
     c = console()
     t = Table(title=f"{doc['installed_as']} on {doc['to']} (compiled for {doc['board']}), "
                     f"per node: ONNX Runtime profiler, median of {doc['profile_runs']} runs")

@@ -33,3 +33,19 @@ def console(stderr: bool = False):
     if not c.is_terminal:
         c.width = max(c.width, 160)
     return c
+
+
+def fmt_s(s) -> str:
+    """Seconds as the CLI prints them: ms from 1 ms up, else us; "-" for none."""
+    if s is None:
+        return "-"
+    return f"{s * 1e3:.3f} ms" if s >= 1e-3 else f"{s * 1e6:.1f} us"
+
+
+def fmt_bytes(b) -> str:
+    if b is None:
+        return "-"
+    for unit, div in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if b >= div:
+            return f"{b / div:.2f} {unit}"
+    return f"{int(b)} B"

@@ -9,15 +9,11 @@ the reference outputs are computed by ONNX Runtime on the original model and, un
 kernel that fails that run has its node moved to ONNX Runtime and the model is compiled again
 (the reason is in the placement table), so a target's bug costs speed, not a broken package.
 Exit status 1 when the check runs but the package is above its tolerance.
-:func:`compile_model` is the same in Python.
+:func:`edgeops.pipeline.compile.compile_model` is the same in Python.
 """
 from __future__ import annotations
 
-from pathlib import Path
-
-from edgeops.cli.common import console, print_json
-
-MAX_REPAIRS = 3     # compile again at most this often, moving failed kernels' nodes to ORT
+from edgeops.cli.common import console, fmt_s, print_json
 
 
 def add(sub):
@@ -60,18 +56,19 @@ def run(args) -> int:
     show = None if args.json else print_placement
     key = None
     if args.sign:       # a bad key fails before the work
-        from edgeops.signing import load_private_key, sign
+        from edgeops.deploy.signing import load_private_key, sign
         key = load_private_key(args.sign)
     model, qrep = args.model, None
     if args.quantize:
-        from edgeops.quantize.chain import quantize_for_compile
+        from edgeops.pipeline.quantize import quantize_for_compile
         model, qrep = quantize_for_compile(args.model, args.quantize, method=args.method)
+    from edgeops.pipeline.compile import compile_model
     doc = compile_model(model, args.board, args.out, mode=args.lower,
                         shapes=";".join(args.shapes) if args.shapes else None,
                         targets=args.targets.split(",") if args.targets else None,
                         force=args.force, verify=not args.no_verify, seed=args.seed,
                         threads=args.threads, plan=not args.no_tune, show=show,
-                        omp_wait=args.omp_wait)
+                        say=None if args.json else _say, omp_wait=args.omp_wait)
     if qrep is not None:
         doc["quantization"] = {"method": qrep["method"], "end_to_end": qrep["end_to_end"]}
     if key is not None:
@@ -83,71 +80,10 @@ def run(args) -> int:
     return 1 if doc["verified"] is not None and not doc["verified"]["ok"] else 0
 
 
-def compile_model(model, board, out, *, mode: str = "auto", shapes=None, targets=None,
-                  force: bool = False, verify: bool = True, seed: int = 0, threads=None,
-                  plan: bool = True, show=None, omp_wait: str | None = None) -> dict:
-    """Lower ``model`` (path, "sample", bytes or ModelProto) for ``board`` and write the
-    package ``out``; ``show(doc)`` is called with the placement before the package is built.
-    ``omp_wait``: OpenMP wait policy (edgeops.ort.WAIT_POLICIES) to measure with and name in
-    the manifest; this process must not run OpenMP with another (None: the process's, passive
-    unless the environment chose). Returns the ``--json`` document."""
-    from edgeops import package
-    from edgeops.errors import PackageError
-    from edgeops.lower import lower
-    from edgeops.ort import KernelRuntimeError, use_wait_policy
-    src, name = _source(model)
-    if not force and (Path(out).exists() or Path(out).is_symlink()):   # fail before the work
-        raise PackageError(f"{out} already exists; edgeops will not overwrite it (use --force)")
-    use_wait_policy(omp_wait, f"compiling with --omp-wait {omp_wait}")   # before anything measures
-    exclude: dict[str, str] = {}
-    for attempt in range(MAX_REPAIRS + 1):
-        lw = lower(src, board, mode=mode, targets=targets, shapes=shapes, plan=plan,
-                   exclude=exclude, threads=threads)
-        doc = {"model": name, "package": str(out), **lw.to_dict()}
-        if show is not None:
-            show(doc)
-        try:
-            pkg = package.write(lw, out, force=force, seed=seed, verify=verify, threads=threads,
-                                source=name, omp_wait=omp_wait)
-            break
-        except KernelRuntimeError as e:
-            failed = failed_nodes(e)
-            if not failed or attempt == MAX_REPAIRS:
-                raise
-            exclude.update(failed)
-            if show is not None:
-                console().print(f"[yellow]kernel(s) failed the check here; compiling again with "
-                                f"{', '.join(sorted(failed))} in ONNX Runtime[/yellow]")
-    doc["repaired"] = exclude
-    doc["verified"] = pkg.manifest["verified"]
-    doc["tolerance"] = pkg.manifest["reference"]["tolerance"]
-    doc["files"] = pkg.manifest["files"]
-    return doc
-
-
-def failed_nodes(e) -> dict[str, str]:
-    """{node: why} from a KernelRuntimeError (edgeops.ort names each failed node ``node 'x':``)."""
-    import re
-    return {m.group(1): f"its kernel failed the check at compile time: {m.group(2).strip()}"
-            for m in re.finditer(r"node '([^']+)': (.*?)(?=; \S+ node '|; its outputs were NaN|$)",
-                                 str(e))}
-
-
-def _source(model):
-    if isinstance(model, str) and model == "sample":
-        from edgeops.sample import SAMPLE_MODEL_NAME, build_sample_model
-        return build_sample_model(), SAMPLE_MODEL_NAME
-    if isinstance(model, (str, Path)):
-        return str(model), Path(model).name
-    return model, "<model>"
-
-
 # ---- human output ---------------------------------------------------------------------------
 
-def fmt_s(s) -> str:
-    if s is None:
-        return "-"
-    return f"{s * 1e3:.3f} ms" if s >= 1e-3 else f"{s * 1e6:.1f} us"
+def _say(line: str) -> None:
+    console().print(f"[yellow]{line}[/yellow]")
 
 
 def print_placement(doc: dict) -> None:

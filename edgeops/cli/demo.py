@@ -50,7 +50,8 @@ def step_model(ctx: dict) -> dict:
 
 
 def step_inspect(ctx: dict) -> dict:
-    from edgeops.cli.inspect import inspect_model, print_report
+    from edgeops.cli.inspect import print_report
+    from edgeops.pipeline.inspect import inspect_model
     doc = inspect_model(ctx["model_path"])
     if not ctx["keep"]:   # the temporary file is gone when the demo returns
         doc["model"] = "sample (edgeops-sample)"
@@ -81,7 +82,9 @@ def step_boards(ctx: dict) -> list[dict]:
 
 
 def step_support_matrix(ctx: dict) -> dict:
+    from edgeops.pipeline.targets import load_targets
     from edgeops.registry import KNOWN_TARGETS, support_matrix
+    load_targets()
     m = support_matrix()
     if ctx["show"]:
         from rich.table import Table
@@ -98,15 +101,18 @@ def step_support_matrix(ctx: dict) -> dict:
 
 def demo_board() -> str:
     """``host`` (this machine, measured) when edgeops' CPU kernels load here, else ``rpi5``."""
+    from edgeops.pipeline.targets import import_target
     try:
-        import edgeops.targets.neon  # noqa: F401  (registers the kernels the host board uses)
+        neon = import_target("neon")     # the kernels the host board uses
     except Exception:  # noqa: BLE001  (numba missing or broken: the demo still compiles)
-        return "rpi5"
-    return "host"
+        neon = None
+    return "host" if neon is not None else "rpi5"
 
 
 def step_compile(ctx: dict) -> dict:
-    from edgeops.cli.compile import compile_model, fmt_s, print_placement
+    from edgeops.cli.common import fmt_s
+    from edgeops.cli.compile import print_placement
+    from edgeops.pipeline.compile import compile_model
     board = demo_board()
     out = Path(ctx["dir"]) / f"edgeops-sample-{board}.pkg"
     if ctx["show"]:
@@ -127,7 +133,8 @@ def step_compile(ctx: dict) -> dict:
 
 
 def step_run(ctx: dict) -> dict:
-    from edgeops.cli.run import print_report, run_package
+    from edgeops.cli.run import print_report
+    from edgeops.run import run_package
     doc = run_package(ctx["package"], runs=3)
     if ctx["show"]:
         console().print("\n[bold]6. edgeops run[/bold]: the package in ONNX Runtime with edgeops' "

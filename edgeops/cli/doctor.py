@@ -1,6 +1,6 @@
 """``edgeops doctor --to URI [--runs N] [--json]``: the board's health checklist (23 checks, listed
-in :mod:`edgeops.doctor`), one line per check with ok/warn/fail; exit status 1 when any check
-fails. The checks run on the board, through its agent. :func:`edgeops.doctor.doctor` is the same
+in :mod:`edgeops.deploy.doctor`), one line per check with ok/warn/fail; exit status 1 when any check
+fails. The checks run on the board, through its agent. :func:`edgeops.deploy.doctor.doctor` is the same
 in Python."""
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ def add(sub):
 
 
 def run(args) -> int:
-    from edgeops.doctor import doctor
+    from edgeops.deploy.doctor import doctor
     doc = doctor(args.to, runs=args.runs)
     if args.json:
         print_json(doc)

@@ -1,6 +1,6 @@
 """``edgeops keygen KEY [--force] [--json]``: an ed25519 key pair for signing packages (``KEY``
 private, mode 0600; ``KEY.pub`` public). ``edgeops compile --sign KEY`` signs, ``edgeops deploy
---verify-key KEY.pub`` checks. :func:`edgeops.signing.keygen` is the same in Python."""
+--verify-key KEY.pub`` checks. :func:`edgeops.deploy.signing.keygen` is the same in Python."""
 from __future__ import annotations
 
 from edgeops.cli.common import console, print_json
@@ -15,7 +15,7 @@ def add(sub):
 
 
 def run(args) -> int:
-    from edgeops.signing import keygen
+    from edgeops.deploy.signing import keygen
     doc = keygen(args.key, force=args.force)
     if args.json:
         print_json(doc)

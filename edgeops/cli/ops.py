@@ -11,7 +11,9 @@ def add(sub):
 
 
 def run(args) -> int:
+    from edgeops.pipeline.targets import load_targets
     from edgeops.registry import KNOWN_TARGETS, support_matrix
+    load_targets()
     m = support_matrix()
     if args.json:
         print_json({"targets": list(KNOWN_TARGETS), "ops": m})

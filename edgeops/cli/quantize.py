@@ -89,15 +89,20 @@ def run(args) -> int:
 
 
 def quantize_cli(args, progress):
+    import functools
+    from edgeops.pipeline.models import load_onnx
+    from edgeops.pipeline.quantize import latency_cost
     from edgeops.quantize.api import quantize_model
     calib = args.calib
-    return quantize_model(args.model, calib, method=args.method, per_channel=args.per_channel,
+    cost = functools.partial(latency_cost, board=args.board) if args.board else None
+    return quantize_model(load_onnx(args.model), calib, method=args.method,
+                          per_channel=args.per_channel,
                           activation_type=args.activation_type,
                           weight_method=args.weight_method,
                           quantize_outputs=args.quantize_outputs,
                           bias_correction=args.bias_correction,
                           target_sqnr=args.target_sqnr,
-                          eval_data=args.eval, board=args.board, progress=progress,
+                          eval_data=args.eval, latency_cost=cost, progress=progress,
                           mean=_floats(args.mean, "--mean"), std=_floats(args.std, "--std"),
                           layout=args.layout)
 

@@ -1,18 +1,10 @@
 """``edgeops run PKG [--inputs FILE.npz] [--model ORIGINAL.onnx] [--json] [--layers]``: run a
-package here through ONNX Runtime with edgeops' ops, compare with a golden answer, time it.
-
-Golden answers: the package's reference outputs (ONNX Runtime on the original model at compile
-time) for its reference inputs; ONNX Runtime on ``--model`` for other inputs (or always, when
-given). ``--layers`` compares every intermediate tensor the package shares with the golden
-graph (``--model`` under ONNX Runtime, else the package itself on the numpy reference kernels),
-to find the layer where the error appears. Exit status 1 when an output exceeds the package's
-tolerance. :func:`run_package` is the same in Python.
+package here through ONNX Runtime with edgeops' ops, compare with a golden answer, time it
+(:func:`edgeops.run.run_package`). Exit status 1 when an output exceeds the package's tolerance.
 """
 from __future__ import annotations
 
-import numpy as np
-
-from edgeops.cli.common import console, print_json
+from edgeops.cli.common import console, fmt_s, print_json
 
 
 def add(sub):
@@ -41,6 +33,7 @@ def run(args) -> int:
             console().print(f"ran {doc['installed_as']} on {doc['to']}", markup=False)
             print_report(doc)
         return 0 if doc["ok"] is not False else 1
+    from edgeops.run import run_package
     doc = run_package(args.package, inputs=args.inputs, model=args.model, layers=args.layers,
                       runs=args.runs, threads=args.threads)
     if args.json:
@@ -50,142 +43,11 @@ def run(args) -> int:
     return 0 if doc["ok"] is not False else 1
 
 
-def run_package(pkg, *, inputs=None, model=None, layers: bool = False, runs: int = 5,
-                threads=None) -> dict:
-    """Run package ``pkg`` (path or Package); the ``--json`` document. ``ok`` is None when there
-    is nothing to compare with (``inputs`` without ``model``)."""
-    from edgeops import package
-    from edgeops.errors import EdgeOpsError
-    p = pkg if isinstance(pkg, package.Package) else package.load(pkg)
-    ref_in, ref_out = p.reference()
-    feeds, source = (ref_in, "reference") if inputs is None else (_read_inputs(inputs, p), str(inputs))
-    golden_model = None
-    if model is not None:
-        import onnx
-        try:
-            golden_model = onnx.load(str(model))
-        except Exception as e:  # noqa: BLE001  (protobuf / file errors)
-            raise EdgeOpsError(f"--model {model}: cannot load it ({e})") from None
-        golden, gname = package.ort_outputs(golden_model, feeds), f"ONNX Runtime on {model}"
-    elif inputs is None:
-        golden, gname = ref_out, "package reference outputs (ONNX Runtime on the original model)"
-    else:
-        golden, gname = None, None
-    from edgeops.ort import fallback_counts, reset_fallback_counts
-    reset_fallback_counts()
-    outs, times = package.timed_runs(p.session(threads), feeds, runs)
-    fallbacks = fallback_counts()
-    errs = package.compare(outs, golden) if golden is not None else {}
-    worst = max((e["max_rel"] for e in errs.values()), default=None)
-    doc = {"package": str(p.path), "board": p.manifest["board"]["name"], "inputs": source,
-           "golden": gname, "tolerance": p.tolerance, "outputs": {
-               n: {"shape": list(np.shape(v)), **errs.get(n, {})} for n, v in outs.items()},
-           "max_rel": worst, "ok": None if worst is None else bool(worst <= p.tolerance),
-           "latency_s": {"median": float(np.median(times)), "min": float(min(times)),
-                         "runs": len(times)},
-           "predicted_latency_s": p.manifest["predicted"]["latency_s"],
-           # {node: calls that ran the op's reference because its kernel failed} (manifest rules)
-           "fallbacks": fallbacks}
-    if layers:
-        doc["layers"] = layer_errors(p, feeds, golden_model)
-        doc["layers_golden"] = (f"ONNX Runtime on {model}" if golden_model is not None else
-                                "the package on edgeops' numpy reference kernels")
-    return doc
-
-
-def _read_inputs(path, p) -> dict:
-    from edgeops.errors import EdgeOpsError
-    try:
-        with np.load(path) as z:
-            feeds = {k: z[k] for k in z.files}
-    except (OSError, ValueError) as e:
-        raise EdgeOpsError(f"--inputs {path}: not a readable .npz ({e})") from None
-    for spec in p.manifest["inputs"]:
-        x = feeds.get(spec["name"])
-        if x is None:
-            raise EdgeOpsError(f"--inputs {path} has no array {spec['name']!r}; it has "
-                               f"{sorted(feeds)}")
-        if list(x.shape) != spec["shape"]:
-            raise EdgeOpsError(f"--inputs {path}: {spec['name']!r} is {list(x.shape)}, the "
-                               f"package was compiled for {spec['shape']}")
-    return {s["name"]: feeds[s["name"]] for s in p.manifest["inputs"]}
-
-
-def layer_errors(p, feeds: dict, golden_model=None) -> list[dict]:
-    """Per intermediate float tensor present in both graphs, in the package's order."""
-    from edgeops import package
-    from edgeops.ort import session
-    pm = p.model()
-    want = _float_tensors(pm)
-    if golden_model is not None:   # edgeops' inference also types what ONNX's leaves unknown
-        from edgeops import graph
-        gm = graph.load(golden_model, check=False, require_static=False).model
-        names = [n for n in want if n in _float_tensors(gm)]
-        golden = package.ort_outputs(_expose(gm, names), feeds)
-    else:
-        names = list(want)
-        golden = _run(session(_expose(_unpinned(pm), names), target="reference"), feeds)
-    got = _run(session(_expose(pm, names), target="reference"), feeds)
-    where = {r["node"]: r for r in p.manifest["placement"]}
-    errs = package.compare({n: got[n] for n in names}, {n: golden[n] for n in names})
-    rows = []
-    for n in names:
-        node = want[n]
-        row = where.get(node.name, {})
-        rows.append({"tensor": n, "node": node.name, "op": row.get("op", node.op_type),
-                     "where": row.get("where", "ONNX Runtime"), **errs[n]})
-    return rows
-
-
-def _float_tensors(m) -> dict:
-    """{tensor: producing node} for node outputs whose type says float32."""
-    vi = {v.name: v for v in [*m.graph.value_info, *m.graph.output]}
-    out = {}
-    for node in m.graph.node:
-        for o in node.output:
-            if o in vi and vi[o].type.tensor_type.elem_type == onnx_float():
-                out[o] = node
-    return out
-
-
-def onnx_float() -> int:
-    from onnx import TensorProto
-    return TensorProto.FLOAT
-
-
-def _expose(m, names):
-    import onnx
-    c = onnx.ModelProto()
-    c.CopyFrom(m)
-    have = {o.name for o in c.graph.output}
-    vi = {v.name: v for v in c.graph.value_info}
-    c.graph.output.extend(vi[n] for n in names if n not in have and n in vi)
-    return c
-
-
-def _unpinned(m):
-    """The package's model with every node on the numpy reference kernels (no kernel/tiling)."""
-    import onnx
-    c = onnx.ModelProto()
-    c.CopyFrom(m)
-    for node in c.graph.node:
-        keep = [a for a in node.attribute if a.name not in ("kernel", "tiling")]
-        del node.attribute[:]
-        node.attribute.extend(keep)
-    return c
-
-
-def _run(sess, feeds) -> dict:
-    names = [o.name for o in sess.get_outputs()]
-    return dict(zip(names, sess.run(names, feeds)))
-
-
 # ---- human output ---------------------------------------------------------------------------
 
 def print_report(doc: dict) -> None:
     from rich.markup import escape
     from rich.table import Table
-    from edgeops.cli.compile import fmt_s
     c = console()
     c.print(f"package {escape(doc['package'])} (board {doc['board']}), inputs: "
             f"{escape(doc['inputs'])}, golden: {escape(doc['golden'] or 'none (pass --model)')}")

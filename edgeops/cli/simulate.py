@@ -11,7 +11,8 @@ also runs the op on the functional NPU emulator and prints measured next to pred
 from __future__ import annotations
 
 from edgeops.cli.common import console, print_json
-from edgeops.cli.tune import _fmt_bytes, fmt_s, one_of, progress_bar
+from edgeops.cli.common import fmt_bytes, fmt_s
+from edgeops.cli.tune import one_of, progress_bar
 from edgeops.errors import EdgeOpsError
 
 
@@ -76,14 +77,15 @@ def run(args) -> int:
 
 def simulate(args) -> dict:
     """The ``--json`` document; writes --trace and --plot."""
+    from edgeops.pipeline.models import load_graph
     from edgeops.tiling.graphsim import simulate_model, simulate_op
     with progress_bar(not args.json, "planning") as bar:
         if args.op:
             sim = simulate_op(args.op, args.board, tiling=args.tiling, target=args.target,
                               objective=args.objective, budget=args.budget, progress=bar)
         else:
-            sim = simulate_model(args.model, args.board, tiling=args.tiling,
-                                 shapes=";".join(args.shapes) if args.shapes else None,
+            model = load_graph(args.model, ";".join(args.shapes) if args.shapes else None)
+            sim = simulate_model(model, args.board, tiling=args.tiling,
                                  objective=args.objective, cache=not args.no_cache,
                                  target=args.target, budget=args.budget, progress=bar)
     doc = sim.to_dict()
@@ -117,7 +119,7 @@ def print_report(doc: dict) -> None:
     for col in cols:
         t.add_column(col, overflow="fold")
     for r in doc["nodes"]:
-        cells = [e(r["node"]), e(r["op"]), r["model"], _fmt_bytes(r["offchip_bytes"]),
+        cells = [e(r["node"]), e(r["op"]), r["model"], fmt_bytes(r["offchip_bytes"]),
                  fmt_s(r["latency_s"]), r["bound"], str(r["launches"]),
                  e(r["tiling_desc"] or r["note"])]
         if peer:
@@ -125,14 +127,14 @@ def print_report(doc: dict) -> None:
         t.add_row(*cells)
     c.print(t)
     c.print(f"total {fmt_s(doc['total_latency_s'])} over {doc['launches']} launches "
-            f"({fmt_s(doc['launch_s'])} of launch overhead); off-chip {_fmt_bytes(doc['offchip_bytes'])}; "
-            f"peak activation memory {_fmt_bytes(doc['peak_memory_bytes'])} (arena "
-            f"{_fmt_bytes(doc['arena_bytes'])})"
+            f"({fmt_s(doc['launch_s'])} of launch overhead); off-chip {fmt_bytes(doc['offchip_bytes'])}; "
+            f"peak activation memory {fmt_bytes(doc['peak_memory_bytes'])} (arena "
+            f"{fmt_bytes(doc['arena_bytes'])})"
             + (f"; ONNX Runtime peer {fmt_s(peer['latency_s'])}" if peer else "")
             + (f"; fp32 runs as {doc['cast']['fp32']}" if doc.get("cast") else ""))
     em = doc.get("emulated")
     if em:
-        c.print(f"emulated: off-chip {_fmt_bytes(em['emulated']['offchip_bytes'])}, latency "
+        c.print(f"emulated: off-chip {fmt_bytes(em['emulated']['offchip_bytes'])}, latency "
                 f"{fmt_s(em['emulated']['latency_s'])}; max rel error {em.get('max_rel_error', 0):.2e}")
     for k in ("trace", "plot"):
         if doc.get(k):

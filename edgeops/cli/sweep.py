@@ -8,7 +8,8 @@ Python function behind this command.
 from __future__ import annotations
 
 from edgeops.cli.common import console, print_json
-from edgeops.cli.tune import _fmt_bytes, check_out, fmt_s, progress_bar
+from edgeops.cli.common import fmt_bytes, fmt_s
+from edgeops.cli.tune import check_out, progress_bar
 from edgeops.errors import EdgeOpsError
 
 
@@ -24,6 +25,7 @@ def add(sub):
 
 
 def run(args) -> int:
+    from edgeops.pipeline.models import load_graph
     from edgeops.tiling import sweep as S
     from edgeops.tiling.graphsim import write_json
     if args.workers is not None and args.workers < 0:
@@ -33,7 +35,8 @@ def run(args) -> int:
     check_out(args.out, args.force)
     points = S.load(args.file)
     with progress_bar(not args.json, f"sweep of {len(points)} points") as bar:
-        res = S.sweep(points, workers=args.workers, scheduler=args.scheduler, progress=bar)
+        res = S.sweep(points, workers=args.workers, scheduler=args.scheduler, progress=bar,
+                      load_model=load_graph)
     doc = res.to_dict()
     if args.out:
         write_json(args.out, doc, force=args.force)
@@ -48,7 +51,7 @@ def run(args) -> int:
     for i, r in enumerate(res.results):
         lat = r.get("latency_s", r.get("total_latency_s"))
         t.add_row(str(i), e(r.get("label") or r.get("op") or str(r.get("model"))), r["board"],
-                  r["tiling_mode"], _fmt_bytes(r.get("offchip_bytes")), fmt_s(lat),
+                  r["tiling_mode"], fmt_bytes(r.get("offchip_bytes")), fmt_s(lat),
                   e(r.get("error") or r.get("bound") or ""))
     console().print(t)
     if args.out:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import os
 
-from edgeops.cli.common import console, print_json
+from edgeops.cli.common import console, fmt_bytes, fmt_s, print_json
 from edgeops.errors import EdgeOpsError
 
 
@@ -80,8 +80,11 @@ def run(args) -> int:
     if args.measure_table or args.remeasure:
         if not args.model or args.op:
             raise EdgeOpsError("--measure-table measures the nodes of a MODEL (or 'sample'), not --op")
-        doc = measure_table(args.model, args.board, remeasure=args.remeasure, threads=args.threads,
-                            shapes=";".join(args.shapes) if args.shapes else None)
+        from edgeops.pipeline.measure import measure_table
+        with progress_bar(True, "measuring kernels vs ONNX Runtime"):
+            doc = measure_table(args.model, args.board, remeasure=args.remeasure,
+                                threads=args.threads,
+                                shapes=";".join(args.shapes) if args.shapes else None)
         if args.json:
             print_json(doc)
         else:
@@ -120,10 +123,11 @@ def tune_op(args) -> dict:
 
 
 def tune_model_cli(args) -> dict:
+    from edgeops.pipeline.models import load_graph
     from edgeops.tiling.graphsim import tune_model, write_plan
+    model = load_graph(args.model, ";".join(args.shapes) if args.shapes else None)
     with progress_bar(not args.json, "tuning nodes") as bar:
-        doc = tune_model(args.model, args.board, objective=args.objective,
-                         cache=not args.no_cache, shapes=";".join(args.shapes) if args.shapes else None,
+        doc = tune_model(model, args.board, objective=args.objective, cache=not args.no_cache,
                          target=args.target, budget=args.budget, progress=bar)
     tuned = [n for n in doc["nodes"] if "best" in n]
     if args.out:
@@ -148,23 +152,6 @@ def _heatmap(op, board, tiling, path, target, suffix="") -> str:
     return heatmap(g, path, title=f"off-chip bytes around the best tiling{suffix}\n{g.op} on {g.board}")
 
 
-def _fmt_bytes(b) -> str:
-    if b is None:
-        return "-"
-    for unit, div in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if b >= div:
-            return f"{b / div:.2f} {unit}"
-    return f"{int(b)} B"
-
-
-def fmt_s(s) -> str:
-    if s is None:
-        return "-"
-    if s >= 1e-3:
-        return f"{s * 1e3:.3f} ms"
-    return f"{s * 1e6:.2f} us"
-
-
 def _print_op(doc: dict) -> None:
     from rich.markup import escape as e
     from rich.table import Table
@@ -174,16 +161,16 @@ def _print_op(doc: dict) -> None:
     c.print(f"[bold]{e(doc['op'])}[/bold] on {doc['board']}: {doc['decomposition']}, objective "
             f"{doc['objective']}; {doc['candidates_evaluated']:,} candidates in {doc['seconds']:.2f} s")
     c.print(f"best: {e(Tiling.from_dict(b['tiling']).describe())}")
-    c.print(f"  off-chip {_fmt_bytes(b['offchip_bytes'])}, latency {fmt_s(b['latency_s'])}, "
-            f"bound {b['bound']}; compulsory {_fmt_bytes(doc['compulsory_bytes'])}"
-            + (f", lower bound {_fmt_bytes(doc['lower_bound_bytes'])} (ratio "
+    c.print(f"  off-chip {fmt_bytes(b['offchip_bytes'])}, latency {fmt_s(b['latency_s'])}, "
+            f"bound {b['bound']}; compulsory {fmt_bytes(doc['compulsory_bytes'])}"
+            + (f", lower bound {fmt_bytes(doc['lower_bound_bytes'])} (ratio "
                f"{doc['ratio_to_bound']:.2f})" if doc["lower_bound_bytes"] else ""))
     t = Table(title=f"top {len(doc['top'])}")
     for col in ("#", "tiling", "off-chip", "latency", "bound"):
         t.add_column(col, overflow="fold")
     for i, ev in enumerate(doc["top"]):
         t.add_row(str(i + 1), e(Tiling.from_dict(ev["tiling"]).describe()),
-                  _fmt_bytes(ev["offchip_bytes"]), fmt_s(ev["latency_s"]), ev["bound"])
+                  fmt_bytes(ev["offchip_bytes"]), fmt_s(ev["latency_s"]), ev["bound"])
     c.print(t)
     for k in ("out", "plot"):
         if doc.get(k):
@@ -200,7 +187,7 @@ def _print_model(doc: dict) -> None:
     for n in doc["nodes"]:
         if "best" in n:
             b = n["best"]
-            t.add_row(e(n["node"]), e(n["op"]), n["decomposition"], _fmt_bytes(b["offchip_bytes"]),
+            t.add_row(e(n["node"]), e(n["op"]), n["decomposition"], fmt_bytes(b["offchip_bytes"]),
                       fmt_s(b["latency_s"]), b["bound"],
                       f"{n['ratio_to_bound']:.2f}" if n.get("ratio_to_bound") else "",
                       "cached" if n["cached"] else "")
@@ -209,40 +196,11 @@ def _print_model(doc: dict) -> None:
     c.print(t)
     tt = doc["totals"]
     c.print(f"{tt['tuned']} of {tt['nodes']} nodes tiled ({tt['cached']} from the cache); sum of "
-            f"latencies {fmt_s(tt['latency_s'])}, off-chip {_fmt_bytes(tt['offchip_bytes'])}; "
+            f"latencies {fmt_s(tt['latency_s'])}, off-chip {fmt_bytes(tt['offchip_bytes'])}; "
             f"{tt['candidates_evaluated']:,} candidates in {tt['seconds']:.2f} s")
     for k in ("out", "plot"):
         if doc.get(k):
             c.print(f"wrote {e(doc[k])}")
-
-
-def measure_table(model, board: str = "host", *, remeasure: bool = False, shapes=None,
-                  threads: int | None = None) -> dict:
-    """Measure (or read from the cache) the kernel table entries of every node of ``model``
-    that an edgeops kernel could take on ``board`` (only ``host``: this machine)."""
-    from edgeops import boards
-    from edgeops.lower import lower
-    from edgeops.lower.measure import MARGIN, KernelTable
-    b = boards.load(board)
-    if b.name != "host":
-        raise EdgeOpsError(f"board {b.name!r} is not this machine: only 'host' can be measured "
-                           f"here (a table for {b.name} has to be measured on it)")
-    if model == "sample":
-        from edgeops.sample import build_sample_model
-        model = build_sample_model()
-    table = KernelTable(b, remeasure=remeasure, threads=threads)
-    with progress_bar(True, "measuring kernels vs ONNX Runtime"):
-        lw = lower(model, b, mode="auto", shapes=shapes, measure=True, table=table, threads=threads)
-    rows = table.rows(table.used)
-    for r in rows:
-        e, o = r["edgeops_s"], r["ort_s"]
-        r["ratio"] = None if e is None or o is None or e == 0 else o / e
-        r["lowered"] = e is not None and o is not None and e < o * MARGIN
-    return {"board": b.name, "table": str(table.path), "machine": table.machine, "margin": MARGIN,
-            "threads": table.threads,
-            "entries": rows, "measured_now": len(table.measured_now),
-            "cached": len(rows) - len([k for k in table.measured_now if k in table.used]),
-            "lowered": [p.node for p in lw.lowered]}
 
 
 def _print_table(doc: dict) -> None:

@@ -133,7 +133,8 @@ def lower(model, board, *, mode: str = "auto", targets=None, shapes=None, plan: 
     """
     from edgeops import boards, graph
     from edgeops.passes import run_passes
-    from edgeops.registry import KNOWN_TARGETS, load_targets
+    from edgeops.pipeline.targets import import_target, load_targets
+    from edgeops.registry import KNOWN_TARGETS
     if mode not in MODES:
         raise LoweringError(f"unknown lowering mode {mode!r}; use one of {', '.join(MODES)}")
     if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
@@ -144,7 +145,7 @@ def lower(model, board, *, mode: str = "auto", targets=None, shapes=None, plan: 
     for t in targets:
         if t not in KNOWN_TARGETS:
             raise LoweringError(f"unknown target {t!r}; known: {', '.join(KNOWN_TARGETS)}")
-    from edgeops.lower.policy import _where, import_target, place, promote_regions, unfuse
+    from edgeops.lower.policy import _where, place, promote_regions, unfuse
     from edgeops.lower.surgery import build, named, provenance
     load_targets()
     for t in targets:

@@ -327,13 +327,13 @@ def _accepts_tiling(k, tiling) -> bool | str:
     GEMM/MatMul/SwiGLU and im2col/Winograd conv, through ``blocking.from_tiling``; cuda). Where
     a target declines, the tiling is only recorded in the placement table (it is what the
     prediction assumed) and the kernel uses its own blocking."""
-    import sys
+    from edgeops.pipeline.targets import target_module
     try:
         if "tiling" not in inspect.signature(k.fn).parameters:
             return f"{k.name} takes no tiling"
     except (TypeError, ValueError):
         return f"{k.name} takes no tiling"
-    hook = getattr(sys.modules.get(f"edgeops.targets.{k.target}"), "accepts_tiling", None)
+    hook = getattr(target_module(k.target), "accepts_tiling", None)
     if hook is None:
         return f"target {k.target} does not say which tilings its kernels read"
     return hook(k.name, tiling)
@@ -349,15 +349,3 @@ def _ms(s: float) -> str:
 
 def _graph_outputs(n) -> set:
     return {t.name for t in n.graph.outputs}
-
-
-def import_target(t: str) -> None:
-    """Targets register on import; ``edgeops.targets`` imports those that landed. One that is
-    missing or broken simply offers no kernels (its nodes stay in ONNX Runtime)."""
-    import importlib
-    from edgeops.registry import REFERENCE
-    if t != REFERENCE:
-        try:
-            importlib.import_module(f"edgeops.targets.{t}")
-        except ImportError:
-            pass

@@ -12,7 +12,7 @@ from edgeops.lower import LoweringError
 def named(model):
     """A copy whose nodes all have unique names: the placement table, the passes' fusion records
     and the unfusing of chains refer to nodes by name."""
-    from edgeops.graph_load import _read
+    from edgeops.graph.loader import _read
     m = _read(model, None)[0] if not isinstance(model, onnx.ModelProto) else _copy(model)
     seen: set[str] = set()
     for i, n in enumerate(m.graph.node):

@@ -1,4 +1,4 @@
-"""The INT8 arithmetic of DESIGN.md shared by the quantized ai.edgeops ops (QConvBnAct,
+"""The INT8 arithmetic (docs/architecture.md) shared by the quantized ai.edgeops ops (QConvBnAct,
 QMatMul), their kernels and the fusion pass: the one place the float boundary is defined.
 
 Not an op (no ``@define_op``). The ops take and return fp32 at the ONNX Runtime boundary (the

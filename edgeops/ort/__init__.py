@@ -83,10 +83,10 @@ from typing import Sequence
 
 import numpy as np
 
-from edgeops.ort.bridge import (declare_ops, install_fast_hook, raise_errors, session_class,
-                                take_errors)
-from edgeops.ort.dispatch import (DISPATCH_ATTR, LOWERABLE_STANDARD_OPS, KernelRuntimeError,
-                                  OrtIntegrationError, make_spec, opdef_for, resolve)
+from edgeops.ort.bridge import declare_ops, install_fast_hook, session_class
+from edgeops.ort.dispatch import (DISPATCH_ATTR, LOWERABLE_STANDARD_OPS, make_spec, opdef_for,
+                                  resolve)
+from edgeops.ort.errors import KernelRuntimeError, OrtIntegrationError, raise_errors, take_errors
 from edgeops.ort.fallback import fallback_counts, reset_fallback_counts
 
 PLACEHOLDER = "edgeops.absent"
@@ -292,7 +292,7 @@ def prepare(model, target: str | None = None, *, session_options=None, fallback:
     import onnx
     from onnx import helper, numpy_helper
     from edgeops.ops import EDGEOPS_DOMAIN
-    from edgeops.registry import load_targets
+    from edgeops.pipeline.targets import load_targets
     if target is None:
         target = (_entry(session_options, _TARGET_KEY) if session_options is not None else None) or "reference"
     from edgeops.ort.fallback import rules
@@ -391,6 +391,7 @@ class _Constants:
         held = {n for n, h in self.digests.items() if h is not None}
         if not held:
             return
+        from edgeops.ort.regions import _reads
         used = {o.name for o in self.g.output} | _reads(self.g)
         gone = held - used
         if not gone:
@@ -402,23 +403,6 @@ class _Constants:
                                                 and n.output[0] in gone and n.output[0] in self.nodes)]
         del self.g.node[:]
         self.g.node.extend(nodes)
-
-
-def _reads(g) -> set[str]:
-    """Every tensor name a node of ``g`` or of its subgraphs reads."""
-    out: set[str] = set()
-    for n in g.node:
-        out |= _reads_node(n)
-    return out
-
-
-def _reads_node(n) -> set[str]:
-    """Every tensor name node ``n`` or its subgraphs read."""
-    out = set(n.input)
-    for a in n.attribute:
-        for sub in ([a.g] if a.HasField("g") else []) + list(a.graphs):
-            out |= _reads(sub)
-    return out
 
 
 def _load(src):

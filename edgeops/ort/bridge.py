@@ -1,22 +1,18 @@
-"""The onnxruntime-extensions bridge: declaring ai.edgeops ops to it once per process, the fast
-return hook, and the op functions that never raise (a Python exception inside a custom op
-aborts the process) but record their failures for :func:`raise_errors`."""
+"""The onnxruntime-extensions bridge: declaring ai.edgeops ops to it once per process (the op
+functions: :mod:`edgeops.ort.calls`), the fast return hook, and the session class whose ``run``
+raises the kernel failures of that run."""
 from __future__ import annotations
 
-import json
-import sys
 import threading
 from typing import Any
 
-import numpy as np
-
-from edgeops.errors import EdgeOpsError
-from edgeops.ort.dispatch import DISPATCH_ATTR, KernelRuntimeError, resolve
+from edgeops.ort.calls import op_function
+from edgeops.ort.dispatch import DISPATCH_ATTR
+from edgeops.ort.errors import raise_errors, take_errors
 
 _lock = threading.Lock()
 _declared: dict[str, Any] = {}          # "ai.edgeops::Name" -> onnxruntime_extensions Opdef
 _own: dict[int, Any] = {}               # the bridge's id of each of those -> its function
-_errors = threading.local()
 
 
 def install_fast_hook(enabled: bool = True) -> None:
@@ -80,68 +76,6 @@ def declare_ops() -> None:
             _own[opdef._nativedef.obj_id] = opdef.body
 
 
-_functions: dict = {}
-
-
-def op_function(od):
-    """The bridge function of op ``od`` (one per op: regions call the same one per inner node)."""
-    fn = _functions.get(od.qualname())
-    if fn is None:
-        fn = _functions[od.qualname()] = _op_function(od)
-    return fn
-
-
-def _op_function(od):
-    def run(*inputs, **attrs):
-        spec = attrs.get(DISPATCH_ATTR, "")
-        try:
-            return resolve(spec).call(inputs)
-        except BaseException as e:  # noqa: BLE001  (raising here would abort the process)
-            try:
-                return _failed(od, spec, inputs, e)
-            except BaseException:  # noqa: BLE001  (same reason; the error is recorded first)
-                return np.full((0,), np.nan, np.float32)
-    run.__name__ = f"edgeops_{od.name}"
-    return run
-
-
-def _failed(od, spec, inputs, exc):
-    """Record the error and return NaN outputs shaped as the op's shape rule says."""
-    try:
-        d = json.loads(spec)
-        node = d["node"]
-    except (ValueError, KeyError, TypeError):
-        d, node = None, "?"
-    what = str(exc) if isinstance(exc, EdgeOpsError) else f"kernel raised {type(exc).__name__}: {exc}"
-    record_error(f"{od.qualname()} node {node!r}: {what}")
-    try:
-        xs = resolve(spec).inputs(inputs)     # held constants back in place of placeholders
-        shapes = od.shape(od.parse_attrs(d["attrs"]), [None if x is None else x.shape for x in xs])
-    except Exception:  # noqa: BLE001  (best effort: a NaN tensor shaped like the input)
-        shapes = [inputs[0].shape] * getattr(od, "num_outputs", 1)
-    outs = tuple(np.full(s, np.nan, np.float32) for s in shapes)
-    return outs if len(outs) > 1 else outs[0]
-
-
-def record_error(msg: str) -> None:
-    """Keep a kernel failure for :func:`raise_errors` (per thread: ONNX Runtime's sequential
-    executor runs each node on the thread calling run) and say it on stderr."""
-    _errors.__dict__.setdefault("items", []).append(msg)
-    print(f"edgeops: {msg} (outputs set to NaN)", file=sys.stderr)
-
-
-def take_errors() -> list[str]:
-    """Kernel failures recorded on this thread since the last call (and forget them)."""
-    items = getattr(_errors, "items", [])
-    _errors.items = []
-    return items
-
-
-def raise_errors() -> None:
-    """Raise :class:`KernelRuntimeError` if a kernel failed on this thread since the last check."""
-    items = take_errors()
-    if items:
-        raise KernelRuntimeError("; ".join(items) + "; its outputs were NaN")
 
 
 _session_cls = None

@@ -71,11 +71,18 @@ def release(keys) -> list[str]:
                 del _refs[key]
                 _store.pop(key, None)
                 gone.append(key)
-    if gone:
-        from edgeops.ort import dispatch, regions
-        dispatch.forget(gone)
-        regions.forget(gone)
+    for fn in _on_release if gone else ():
+        fn(gone)
     return gone
+
+
+_on_release: list = []
+
+
+def on_release(fn) -> None:
+    """Call ``fn(digests)`` when constants are dropped (the caches of dispatch entries and regions
+    built on them register here, so this module imports neither)."""
+    _on_release.append(fn)
 
 
 def get(key: str) -> np.ndarray | None:

@@ -22,6 +22,9 @@ from typing import Any
 import numpy as np
 
 from edgeops.errors import EdgeOpsError
+from edgeops.ort.consts import get as held_constant
+from edgeops.ort.consts import on_release
+from edgeops.ort.errors import OrtIntegrationError
 
 DISPATCH_ATTR = "edgeops_dispatch"
 FORMAT = 1
@@ -47,14 +50,6 @@ def opdef_for(op_type: str, domain: str):
     if domain == EDGEOPS_DOMAIN and not has_op(op_type, domain) and op_type in LOWERABLE_STANDARD_OPS:
         return get_op(op_type, "")
     return get_op(op_type, domain)
-
-
-class OrtIntegrationError(EdgeOpsError):
-    """An ai.edgeops node cannot be prepared or run in ONNX Runtime (kernel id, tiling, op)."""
-
-
-class KernelRuntimeError(OrtIntegrationError):
-    """A kernel failed while ONNX Runtime ran a session; its outputs were NaN."""
 
 
 @dataclass
@@ -283,12 +278,11 @@ def _parse(spec: str) -> _Dispatch:
 
 
 def _held(consts, present, node) -> dict:
-    from edgeops.ort.consts import get
     if not consts:
         return {}
     held = {}
     for pos, key in consts.items():
-        a = get(key) if isinstance(key, str) else None
+        a = held_constant(key) if isinstance(key, str) else None
         try:
             i = int(pos)
         except ValueError:
@@ -323,3 +317,6 @@ def _tiling(text, node, kernel):
         return Tiling.from_dict(value)
     except EdgeOpsError as e:
         raise OrtIntegrationError(f"node {node!r}: attribute tiling: {e}") from None
+
+
+on_release(forget)     # held constants dropped: their dispatch entries go too

@@ -23,6 +23,8 @@ from __future__ import annotations
 import threading
 import warnings
 
+from edgeops.ort.errors import OrtIntegrationError
+
 KERNEL_ERROR = ("reference", "error")
 DEFAULT = {"kernel_error": "error", "nan_guard": False}
 _FIXED = {"unknown_kernel": "refuse", "nodes_without_kernel": "onnxruntime"}
@@ -34,7 +36,6 @@ _warned: set[str] = set()
 
 def rules(fallback: dict | None) -> dict | None:
     """The run-time part of a manifest's ``fallback`` block, checked; None for the default."""
-    from edgeops.ort.dispatch import OrtIntegrationError
     if fallback is None:
         return None
     if not isinstance(fallback, dict):

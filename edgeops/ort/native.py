@@ -43,6 +43,8 @@ from pathlib import Path
 
 import numpy as np
 
+from edgeops.env import switch
+
 NATIVE_DOMAIN = "ai.edgeops.native"
 ENV = "EDGEOPS_NATIVE_BRIDGE"
 _SOURCE = Path(__file__).with_name("native.c")
@@ -73,13 +75,9 @@ def _key() -> str:
     return h.hexdigest()[:16]
 
 
-def _switched_on(name: str) -> bool:
-    return os.environ.get(name, "1").strip().lower() not in ("0", "off", "false", "no")
-
-
 def wanted() -> bool:
     """Whether sessions should use the native bridge (``EDGEOPS_NATIVE_BRIDGE`` is not 0)."""
-    return _switched_on(ENV)
+    return switch(ENV, True)
 
 
 def status() -> dict:
@@ -105,7 +103,7 @@ def library():
         try:
             path = _build()
             _loadable(path)
-            if os.environ.get("EDGEOPS_NATIVE_SELFTEST") != "1":
+            if not switch("EDGEOPS_NATIVE_SELFTEST", False):
                 _check(path)
             _lib, _path = _load(path), path
             _why = None
@@ -256,7 +254,7 @@ plan_failures: deque = deque(maxlen=64)   # why regions could not be planned (ru
 
 def plans_wanted() -> bool:
     """Whether regions get native plans (``EDGEOPS_NATIVE_PLANS`` is not 0)."""
-    return _switched_on("EDGEOPS_NATIVE_PLANS")
+    return switch("EDGEOPS_NATIVE_PLANS", True)
 
 
 def _watch(handle, spec) -> None:
@@ -363,7 +361,7 @@ def _compute(handle, context, desc, kernel):
         return 0
     except BaseException as e:  # noqa: BLE001  (nothing may escape into ONNX Runtime)
         try:
-            from edgeops.ort.bridge import record_error
+            from edgeops.ort.errors import record_error
             record_error(f"native bridge: {type(e).__name__}: {e}")
         except BaseException:  # noqa: BLE001
             pass
@@ -410,7 +408,7 @@ def _selftest() -> None:
     import onnxruntime as ort
     from edgeops.ops import EDGEOPS_DOMAIN
     from edgeops.ort import prepare, register as reg
-    from edgeops.ort.bridge import raise_errors
+    from edgeops.ort.errors import raise_errors
     rng = np.random.default_rng(0)
     x = rng.standard_normal((3, 5, 7)).astype(np.float32)
     want_r = 1 / (1 + np.exp(-np.maximum(x, 0)))

@@ -38,6 +38,11 @@ import time
 
 import numpy as np
 
+from edgeops.ort import consts
+from edgeops.ort.calls import op_function
+from edgeops.ort.dispatch import forget as drop
+from edgeops.ort.dispatch import resolve as resolve_node
+from edgeops.ort.errors import OrtIntegrationError, record_error
 from edgeops.targets.neon._threads import capped
 
 IN_SIZES = (1, 2, 3, 4, 6, 8, 12, 16)
@@ -117,7 +122,6 @@ def _spec(n, dispatch_attr):
 
 def _reads_by_node(graph) -> dict[int, set]:
     """{id(node): names the node or its subgraphs read}."""
-    from edgeops.ort import _reads_node
     return {id(n): _reads_node(n) for n in graph.node}
 
 
@@ -172,15 +176,13 @@ def _internal_names(nodes, domain, dispatch_attr) -> set:
 
 class _Region:
     def __init__(self, d: dict):
-        from edgeops.ort.bridge import op_function
-        from edgeops.ort.dispatch import resolve
         self.name = d["region"]
         slot = {x: i for i, x in enumerate(d["inputs"])}
         self.n_in = len(d["inputs"])
         steps, entries = [], []
         self.threads = None
         for m in d["nodes"]:
-            inner = resolve(m["spec"])   # every check now, before ONNX Runtime holds the node
+            inner = resolve_node(m["spec"])   # every check now, before ONNX Runtime holds the node
             od = inner.od
             if inner.threads is not None:   # prepared together: one session's thread count
                 self.threads = inner.threads
@@ -335,7 +337,6 @@ _cache: dict[str, _Region] = {}
 def resolve(spec: str) -> _Region:
     r = _cache.get(spec)
     if r is None:
-        from edgeops.ort.dispatch import OrtIntegrationError
         try:
             d = json.loads(spec)
             if d.get("format") != FORMAT:
@@ -351,7 +352,6 @@ def resolve(spec: str) -> _Region:
 
 def forget(digests) -> None:
     """Drop the cached regions whose inner nodes hold any of these constants."""
-    from edgeops.ort.dispatch import forget as drop
     drop(digests, _cache)
 
 
@@ -363,7 +363,6 @@ def region_function(n_out: int):
         try:
             return resolve(spec)(inputs)
         except BaseException as e:  # noqa: BLE001  (raising here would abort the process)
-            from edgeops.ort.bridge import record_error
             record_error(f"ai.edgeops region: {type(e).__name__}: {e}")
             outs = tuple(np.full((0,), np.nan, np.float32) for _ in range(n_out))
             return outs if n_out > 1 else outs[0]
@@ -378,3 +377,22 @@ def members(spec: str) -> list[str]:
     except (ValueError, KeyError, TypeError):
         return []
 
+
+def _reads(g) -> set[str]:
+    """Every tensor name a node of ``g`` or of its subgraphs reads."""
+    out: set[str] = set()
+    for n in g.node:
+        out |= _reads_node(n)
+    return out
+
+
+def _reads_node(n) -> set[str]:
+    """Every tensor name node ``n`` or its subgraphs read."""
+    out = set(n.input)
+    for a in n.attribute:
+        for sub in ([a.g] if a.HasField("g") else []) + list(a.graphs):
+            out |= _reads(sub)
+    return out
+
+
+consts.on_release(forget)     # held constants dropped: regions built on them go too

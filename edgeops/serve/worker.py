@@ -104,8 +104,8 @@ class Runner:
     def _retargeted(self, pkg, target: str):
         """The package with every node's kernel choice dropped: ``target``'s best kernel for
         each node, else the numpy reference (fp32)."""
-        from edgeops.cli.run import _unpinned
-        return self._session(_unpinned(pkg.model()), target)
+        from edgeops.package import unpinned
+        return self._session(unpinned(pkg.model()), target)
 
     def _guard_fallback(self):
         if self.s.guard_package:

@@ -2,9 +2,9 @@
 emulated NPU: the Cube's int8 x int8 -> int32 path with the bias added by FixPipe.
 
 The Cube multiplies signed int8 only, and pads an img2col window with 0; the INT8 convention
-(DESIGN.md) has int8 or uint8 activations with any zero point ``zp``. So the host shifts the
-quantized input to ``xs = xq - zs`` (``zs`` = 128 for uint8, 0 for int8: int8 again) and folds
-the shift back into the int32 bias, exactly:
+(:mod:`edgeops.ops.qarith`) has int8 or uint8 activations with any zero point ``zp``. So the
+host shifts the quantized input to ``xs = xq - zs`` (``zs`` = 128 for uint8, 0 for int8: int8
+again) and folds the shift back into the int32 bias, exactly:
 
     sum (xq - zp) * w  =  sum xs * w  +  (zs - zp) * sum w        (per output channel)
 

@@ -16,6 +16,7 @@ import warnings
 
 import numpy as np
 
+from edgeops.env import switch
 from edgeops.errors import EdgeOpsWarning
 
 _lock = threading.Lock()
@@ -40,7 +41,7 @@ def gpu_present() -> bool:
 
     ``EDGEOPS_CUDA_DISABLE=1`` forces the fallback (for tests and for a broken driver)."""
     global _present, _why_absent
-    if os.environ.get("EDGEOPS_CUDA_DISABLE", "0") not in ("", "0"):
+    if switch("EDGEOPS_CUDA_DISABLE", False):
         _why_absent = "EDGEOPS_CUDA_DISABLE is set"
         return False
     if _present is None:

@@ -1,6 +1,6 @@
 """INT8 GEMM and Conv2D: int8/uint8 operands, int32 accumulation, ONNX-exact requantisation.
 
-Convention (DESIGN.md, shared with ``edgeops.quantize``): weights symmetric int8 per output
+Convention (:mod:`edgeops.ops.qarith`, shared with ``edgeops.quantize``): weights symmetric int8 per output
 channel (zero point 0); activations int8 or uint8 per tensor with a zero point; int32 bias;
 requantisation as ONNX QuantizeLinear defines it::
 

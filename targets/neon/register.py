@@ -249,7 +249,7 @@ for _op in ("Add", "Sub", "Mul", "Div"):
     _register_binary(_op)
 
 
-# ---- INT8 (ONNX QLinear* operators; requantisation per DESIGN.md) ---------------------------
+# ---- INT8 (ONNX QLinear* operators; requantisation per edgeops.ops.qarith) ------------------
 
 def _scalar_zp(t, who):
     from edgeops.errors import EdgeOpsError

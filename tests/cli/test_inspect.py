@@ -17,7 +17,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from edgeops.cli import main
-from edgeops.cli.inspect import inspect_model
+from edgeops.pipeline.inspect import inspect_model
 from edgeops.sample import build_sample_model
 from edgeops.zoo import randomise_weights
 
@@ -199,7 +199,7 @@ def test_document_of_the_sample(capsys):
 def test_coverage_uses_the_registry_per_board():
     from edgeops import boards, graph
     from edgeops.registry import select
-    names = boards.names()
+    names = boards.names()      # inspect_model below loads the targets select reads
     assert names, "the bundled board files are missing"
     doc = inspect_model("sample")
     g = graph.load(build_sample_model())

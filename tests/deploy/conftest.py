@@ -19,7 +19,7 @@ from edgeops import package
 @pytest.fixture(scope="session")
 def pkgs(tmp_path_factory):
     """Two different packages of the sample (different reference seeds), compiled once."""
-    from edgeops.cli.compile import compile_model
+    from edgeops.pipeline.compile import compile_model
     d = tmp_path_factory.mktemp("pkgs")
     for name, seed in (("a", 0), ("b", 1)):
         compile_model("sample", "host", d / name, mode="all", seed=seed)
@@ -69,7 +69,7 @@ def _current_ok(root) -> str:
 def demo_rpi5(tmp_path_factory):
     """The demo (sample) model compiled for rpi5 (a Cortex-A76 board), every supported node on
     NEON kernels: what the emulated arm64 board runs."""
-    from edgeops.cli.compile import compile_model
+    from edgeops.pipeline.compile import compile_model
     out = tmp_path_factory.mktemp("rpi5") / "demo"
     compile_model("sample", "rpi5", out, mode="all")
     return out
@@ -83,7 +83,7 @@ def qemu_board(unavailable):
     compile under emulation (~4-5 min here). Packages from earlier sessions are removed first."""
     import shutil
     from pathlib import Path
-    from edgeops.transports import QEMU, QEMU_PYTHON, QemuTransport, default_sysroot
+    from edgeops.deploy.transports import QEMU, QEMU_PYTHON, QemuTransport, default_sysroot
     sysroot = Path(default_sysroot())
     if shutil.which(QEMU) is None:
         unavailable(f"{QEMU} is not installed (apt-get install qemu-user-static)")

@@ -10,8 +10,8 @@ import pytest
 
 from edgeops import deploy as dep
 from edgeops import package
-from edgeops.bench import bench
-from edgeops.doctor import doctor
+from edgeops.deploy.bench import bench
+from edgeops.deploy.doctor import doctor
 
 pytestmark = pytest.mark.full
 
@@ -25,7 +25,7 @@ def models(resnet):
 
 @pytest.fixture(scope="module")
 def compiled(models, tmp_path_factory):
-    from edgeops.cli.compile import compile_model
+    from edgeops.pipeline.compile import compile_model
     out = {}
     d = tmp_path_factory.mktemp("all")
     for name, (m, _, _) in models.items():

@@ -8,8 +8,9 @@ import shutil
 import pytest
 
 from edgeops import deploy as dep
+from edgeops.deploy import push
 from edgeops.errors import DeployError, PackageError
-from edgeops.transports import LocalTransport
+from edgeops.deploy.transports import LocalTransport
 
 TRIALS = 30
 
@@ -53,7 +54,7 @@ class Dies(LocalTransport):
 def _upload_bytes(pkg):
     from edgeops import package
     p = package.load(pkg, check_kernels=False)
-    return sum((p.path / n).stat().st_size for n in dep._files(p))
+    return sum((p.path / n).stat().st_size for n in push._files(p))
 
 
 def test_transport_dies_mid_upload(pkgs, board, current_ok):

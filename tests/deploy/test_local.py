@@ -67,7 +67,7 @@ def test_refusals(capsys, pkgs, tmp_path):
 
 
 def test_board_info_names_what_is_installed(tmp_path):
-    from edgeops.transports import LocalTransport
+    from edgeops.deploy.transports import LocalTransport
     doc = LocalTransport(tmp_path).board("info", str(tmp_path))[1]
     assert doc["edgeops"] and doc["python"] and doc["disk_free_bytes"] > 0
     assert set(doc["modules"]) >= {"numpy", "numba", "onnxruntime", "onnxruntime_extensions"}
@@ -115,7 +115,7 @@ def test_doctor_fails_a_corrupted_package(capsys, pkgs, tmp_path):
 
 def test_push_decision_and_uri():
     from edgeops.deploy import push_reason
-    from edgeops.transports import QemuTransport, open_transport
+    from edgeops.deploy.transports import QemuTransport, open_transport
     assert push_reason({"edgeops": None, "why": "ModuleNotFoundError"}, "1.0", "s") is not None
     assert push_reason({"edgeops": "0.9", "private": False}, "1.0", None) is not None
     assert push_reason({"edgeops": "1.0", "private": False}, "1.0", None) is None

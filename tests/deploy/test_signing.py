@@ -18,7 +18,7 @@ def _run(capsys, argv, rc=0):
 
 
 def test_sign_and_verify(capsys, pkgs, tmp_path, reseal):
-    from edgeops.signing import SIG
+    from edgeops.deploy.signing import SIG
     key, other = tmp_path / "k", tmp_path / "other"
     doc = json.loads(_run(capsys, ["keygen", str(key), "--json"])[0])
     assert (key.stat().st_mode & 0o777) == 0o600 and doc["key_id"]
@@ -60,7 +60,7 @@ def test_openssl_made_keys_work(pkgs, tmp_path):
     """Keys as `openssl genpkey -algorithm ed25519` writes them (PKCS#8 PEM)."""
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric import ed25519
-    from edgeops import signing
+    from edgeops.deploy import signing
     k = ed25519.Ed25519PrivateKey.generate()
     (tmp_path / "k.pem").write_bytes(k.private_bytes(
         serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,

@@ -8,7 +8,7 @@ import pytest
 
 from edgeops import deploy as dep
 from edgeops.errors import DeployError
-from edgeops.transports import open_transport
+from edgeops.deploy.transports import open_transport
 
 
 def test_deploy_and_run_over_ssh(sshd, pkgs, tmp_path, monkeypatch, capsys):
@@ -51,8 +51,8 @@ def test_uri_parsing():
 
 
 def test_bench_and_doctor_over_ssh(sshd, pkgs, tmp_path, monkeypatch):
-    from edgeops.bench import bench
-    from edgeops.doctor import doctor
+    from edgeops.deploy.bench import bench
+    from edgeops.deploy.doctor import doctor
     monkeypatch.setenv("EDGEOPS_SSH_OPTIONS", sshd["opts"])
     to = (f"ssh://{getpass.getuser()}@127.0.0.1:{sshd['port']}{tmp_path / 'board'}"
           f"?python={sys.executable}")

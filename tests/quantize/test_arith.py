@@ -1,6 +1,6 @@
 """The INT8 arithmetic against an integer reference written here (the specification in
-DESIGN.md): QuantizeLinear = saturate(round_half_even(x / scale) + zero_point), DequantizeLinear
-= (q - zero_point) * scale, symmetric per-channel int8 weights, int32 bias at s_in * s_w."""
+edgeops.ops.qarith): QuantizeLinear = saturate(round_half_even(x / scale) + zero_point),
+DequantizeLinear = (q - zero_point) * scale, symmetric per-channel int8 weights, int32 bias at s_in * s_w."""
 from __future__ import annotations
 
 import numpy as np

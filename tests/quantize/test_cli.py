@@ -9,6 +9,7 @@ import onnx
 import onnxruntime as ort
 
 from edgeops.cli import main
+from edgeops.sample import build_sample_model
 
 
 def _npz(path, shape, n=4, seed=0):
@@ -84,7 +85,7 @@ def test_cli_no_bias_correction(tmp_path, capsys):
     assert doc["bias_correction"] == {"enabled": False, "nodes": {}}
     assert main(["quantize", "sample", "--calib", calib, "-o", str(on), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["bias_correction"]["enabled"]
-    ref, _ = quantize_model("sample", calib, bias_correction=False)
+    ref, _ = quantize_model(build_sample_model(), calib, bias_correction=False)
     x = {"image": np.random.default_rng(3).standard_normal((1, 3, 32, 32)).astype(np.float32)}
 
     def run(m):

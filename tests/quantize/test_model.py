@@ -3,6 +3,7 @@ the accuracy analysis agrees with a direct computation, mixed precision reaches 
 and edgeops is at least as accurate as onnxruntime.quantization.quantize_static."""
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -11,6 +12,7 @@ import onnxruntime as ort
 import pytest
 from onnx import numpy_helper
 
+from edgeops.pipeline.quantize import latency_cost
 from edgeops.quantize import quantize_model
 from edgeops.quantize.peer import ort_quantize
 from edgeops.quantize.qdq import prepare
@@ -88,7 +90,8 @@ def test_analysis_sqnr_matches_direct_computation(sample_q, sample_model, sample
 def test_mixed_precision_reaches_target(sample_model, sample_calib):
     base = quantize_model(sample_model, sample_calib)[1]["end_to_end"]["sqnr_db"]
     target = base + 3.0
-    q, rep = quantize_model(sample_model, sample_calib, target_sqnr=target, board="rpi5")
+    q, rep = quantize_model(sample_model, sample_calib, target_sqnr=target,
+                            latency_cost=functools.partial(latency_cost, board="rpi5"))
     mp = rep["mixed_precision"]
     assert mp["reached"] and mp["sqnr_db"] >= target and mp["kept_float"]
     ref = _run(prepare(sample_model), sample_calib)

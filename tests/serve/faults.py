@@ -8,8 +8,10 @@ import time
 import numpy as np
 
 from edgeops import registry
+from edgeops.pipeline.targets import load_targets
 
 KERNEL = "neon.matmul_packed"
+load_targets()      # the hook runs before the worker loads its package
 _real = registry.kernel_by_name(KERNEL)
 
 

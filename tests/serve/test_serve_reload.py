@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from _serve_harness import edit_manifest, load_from_second_process
-from edgeops import board
+from edgeops.deploy import board
 from edgeops.serve.client import Client
 from edgeops.serve.http import Server
 from edgeops.serve.service import Service

@@ -7,6 +7,7 @@ import pytest
 
 from edgeops.cli import main
 from edgeops.errors import EdgeOpsError
+from edgeops.pipeline.models import load_graph
 from edgeops.tiling.sweep import expand, run_point, sweep
 
 DOC = {"grid": {"ops": ["gemm:M=96,N=80,K=64,dtype=fp16",
@@ -45,7 +46,7 @@ def test_a_failing_point_reports_and_the_sweep_goes_on():
 
 @pytest.fixture(scope="module")
 def serial():
-    return sweep(DOC, workers=0)
+    return sweep(DOC, workers=0, load_model=load_graph)
 
 
 def test_serial_results(serial):
@@ -60,7 +61,7 @@ def test_serial_results(serial):
 
 def test_process_pool_gives_the_same_results(serial):
     seen = []
-    pool = sweep(DOC, workers=2, progress=lambda d, t: seen.append((d, t)))
+    pool = sweep(DOC, workers=2, progress=lambda d, t: seen.append((d, t)), load_model=load_graph)
     assert pool.backend.startswith("process-pool")
     assert pool.results == serial.results
     assert seen[-1] == (5, 5)
@@ -70,9 +71,9 @@ def test_dask_local_cluster_gives_the_same_results(serial):
     distributed = pytest.importorskip("dask.distributed")
     with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
                                   dashboard_address=None) as cluster:
-        r = sweep(DOC, scheduler=cluster.scheduler_address)
+        r = sweep(DOC, scheduler=cluster.scheduler_address, load_model=load_graph)
         with distributed.Client(cluster) as client:
-            r2 = sweep(DOC, scheduler=client)
+            r2 = sweep(DOC, scheduler=client, load_model=load_graph)
     assert r.backend.startswith("dask")
     assert r.results == serial.results == r2.results
 

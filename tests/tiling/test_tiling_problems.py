@@ -98,7 +98,8 @@ def test_gpu_occupancy_from_board_limits():
     import edgeops.boards
     if "jetson-orin-nano" not in edgeops.boards.names():
         pytest.skip("bundled jetson board not present")
-    from edgeops.tiling.model import batch_from_tilings, evaluate
+    from edgeops.tiling.batch import batch_from_tilings
+    from edgeops.tiling.model import evaluate
     spec = "gemm:M=512,N=512,K=512,dtype=fp16"
     p = problem_for(spec, "jetson-orin-nano")
     small = naive(spec, "jetson-orin-nano")

@@ -11,7 +11,8 @@ from edgeops.tiling.api import problem_for
 from edgeops.tiling.candidates import granules
 from edgeops.tiling.enumerate import Config, defaults, expand
 from edgeops.tiling.alltilings import all_values
-from edgeops.tiling.model import batch_from_tilings, evaluate, nest_plans, tiling_from_batch
+from edgeops.tiling.batch import batch_from_tilings, nest_plans, tiling_from_batch
+from edgeops.tiling.model import evaluate
 
 CASES = [
     ("mini", "gemm:M=50,N=40,K=36,dtype=fp16", "gemm"),

@@ -96,8 +96,8 @@ def test_compile_quantize_for_ascend_310b(tmp_path):
     spec.loader.exec_module(qconf)
 
     from edgeops import package
-    from edgeops.cli.compile import compile_model
-    from edgeops.quantize.chain import quantize_for_compile
+    from edgeops.pipeline.compile import compile_model
+    from edgeops.pipeline.quantize import quantize_for_compile
     calib = [{"x": rng_x} for rng_x in (np.random.default_rng(s).standard_normal((1, 3, 19, 17))
                                         .astype(np.float32) for s in range(4))]
     qdq, _ = quantize_for_compile(qconf.small_convnet(), calib)

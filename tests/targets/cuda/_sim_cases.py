@@ -14,11 +14,13 @@ if os.environ.get("NUMBA_ENABLE_CUDASIM") != "1":
     pytest.skip("needs NUMBA_ENABLE_CUDASIM=1 set before numba.cuda is imported; run through "
                 "tests/targets/cuda/test_sim.py", allow_module_level=True)
 
-import edgeops.targets.cuda  # noqa: E402,F401  (registers the cuda kernels)
 from edgeops.ops.base import get_op  # noqa: E402
+from edgeops.pipeline.targets import load_targets  # noqa: E402
 from edgeops.registry import kernel_by_name  # noqa: E402
 from edgeops.targets.cuda import conv, device, eltwise, gemm, norms  # noqa: E402
 from edgeops.targets.cuda.launch import CONFIGS  # noqa: E402
+
+load_targets()      # registers the cuda kernels
 
 FULL = pytest.mark.full
 

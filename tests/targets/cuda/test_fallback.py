@@ -8,11 +8,13 @@ import warnings
 import numpy as np
 import pytest
 
-import edgeops.targets.cuda  # noqa: F401  (registers the cuda kernels)
 from edgeops.errors import EdgeOpsWarning
 from edgeops.ops.base import get_op
+from edgeops.pipeline.targets import load_targets
 from edgeops.registry import kernels
 from edgeops.targets.cuda import device
+
+load_targets()      # registers the cuda kernels
 
 
 @pytest.fixture
@@ -73,7 +75,9 @@ def test_every_cuda_kernel_falls_back_correctly(no_gpu, rng, op, domain, make, a
 def test_no_driver_means_fallback_in_fresh_process():
     """Without EDGEOPS_CUDA_DISABLE: on a machine with no NVIDIA driver numba.cuda says no GPU."""
     code = ("import warnings, numpy as np, edgeops.targets.cuda as c\n"
+            "from edgeops.pipeline.targets import load_targets\n"
             "from edgeops.registry import kernel_by_name\n"
+            "load_targets()\n"
             "with warnings.catch_warnings(record=True) as w:\n"
             "    warnings.simplefilter('always')\n"
             "    y = kernel_by_name('cuda.relu').fn([np.array([-1., 2.], np.float32)], {})[0]\n"

@@ -56,8 +56,8 @@ def test_cli_inspect_kernel_ptx(capsys):
     import argparse
     import json
 
-    from edgeops.cli import inspect_kernel as ik
-    doc = ik.inspect_kernel("cuda.softmax", "cuda", ptx=True, variant="nt32")
+    from edgeops.pipeline.inspect import inspect_kernel
+    doc = inspect_kernel("cuda.softmax", "cuda", ptx=True, variant="nt32")
     assert doc["op"] == "Softmax" and doc["ptx"][0]["target"] == "sm_87"
     parser = argparse.ArgumentParser()
     ik.add(parser.add_subparsers())
@@ -68,7 +68,7 @@ def test_cli_inspect_kernel_ptx(capsys):
 
 
 def test_cli_inspect_kernel_wrong_target():
-    from edgeops.cli.inspect_kernel import inspect_kernel
+    from edgeops.pipeline.inspect import inspect_kernel
     from edgeops.errors import EdgeOpsError
     with pytest.raises(EdgeOpsError, match="cuda kernel, not neon"):
         inspect_kernel("cuda.relu", "neon")

@@ -7,7 +7,10 @@ import pytest
 
 import edgeops.targets.neon  # noqa: F401  (registers the kernels)
 from edgeops.ops import get_op
+from edgeops.pipeline.targets import load_targets
 from edgeops.registry import kernel_by_name, kernels
+
+load_targets()
 
 EXPECTED = {
     "Gemm", "MatMul", "Conv", "ai.edgeops::ConvBnAct", "ai.edgeops::SwiGLU", "LayerNormalization",

@@ -1,5 +1,5 @@
 """Benchmark the package a board runs: :func:`bench` here (through a transport), :func:`bench_here`
-on the board (``python -m edgeops.board bench ROOT``, a fresh process each time).
+on the board (``python -m edgeops.deploy.board bench ROOT``, a fresh process each time).
 
 Figures: cold start (from the agent process's start: imports, session creation, the first run
 with its Numba compiles or cache loads, counted), latency p50/p90/p99 over ``runs`` warm runs,
@@ -11,19 +11,19 @@ per-node prediction for the board the package was compiled for.
 from __future__ import annotations
 
 import json
-import os
 import statistics
 import tempfile
 import time
 from pathlib import Path
 
+from edgeops.env import switch
 from edgeops.errors import DeployError
 
 
 def bench(pkg, to, *, runs: int = 20, profile_runs: int = 3) -> dict:
     """Bench the package ``pkg`` (path) installed on the board at ``to``; the ``--json`` doc."""
     from edgeops import package
-    from edgeops.transports import open_transport
+    from edgeops.deploy.transports import open_transport
     want = package.load(pkg, check_kernels=False).manifest["manifest_sha256"]
     t = open_transport(to)
     doc = t.board("bench", t.root, "--runs", str(runs), "--profile-runs", str(profile_runs))[1]
@@ -101,7 +101,7 @@ def bench_here(pkg_dir, *, runs: int = 20, profile_runs: int = 3, started=None) 
         "predicted_latency_s": p.manifest["predicted"]["latency_s"],
         "nodes": nodes["rows"], "unmapped_nodes": nodes["unmapped"],
         "profile_runs": nodes["runs"],
-        "under_qemu": os.environ.get("EDGEOPS_UNDER_QEMU") == "1",
+        "under_qemu": switch("EDGEOPS_UNDER_QEMU", False),
     }
 
 

@@ -10,7 +10,7 @@
   ``SYSROOT/opt/edgeops/board``). An empty SYSROOT means ``$EDGEOPS_ARM64_SYSROOT`` or
   ``~/.cache/edgeops/arm64-sysroot``. Numba kernels then run as aarch64 code.
 
-A transport knows the board root and offers: run the board's Python (``python -m edgeops.board``
+A transport knows the board root and offers: run the board's Python (``python -m edgeops.deploy.board``
 or a ``-c`` probe), make a directory, put and get a file. Every command runs with
 ``ROOT/.edgeops/lib`` first on ``PYTHONPATH``: the board-private edgeops deploy pushes when the
 board has none or another version (:mod:`edgeops.deploy`). Extra ssh options (tests, unusual
@@ -70,7 +70,7 @@ class Transport:
         return rc, doc, err
 
     def _agent(self, args: list[str]) -> tuple[int, str, str]:
-        return self._exec(["-m", "edgeops.board", *args])
+        return self._exec(["-m", "edgeops.deploy.board", *args])
 
     # implemented by each transport
     def _exec(self, pyargs: list[str]) -> tuple[int, str, str]:

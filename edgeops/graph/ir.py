@@ -1,14 +1,10 @@
-"""Graph IR over an ONNX model: load, check, infer shapes, and expose nodes and tensors.
-
-``load(path | bytes | ModelProto, shapes={"x": (1, 3, 224, 224)})`` (in :mod:`edgeops.graph_load`)
-runs ``onnx.checker`` and ``onnx.shape_inference`` and gives a :class:`Graph`: nodes in
+"""The graph IR over an ONNX model (:mod:`edgeops.graph.loader` makes one): nodes in
 topological order, tensors (shape, dtype, initializer/constant or activation), producers and
 consumers, per-node MACs/FLOPs from the op definitions' ``cost``, parameter counts and bytes.
 """
 from __future__ import annotations
 
 import heapq
-import os
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Callable, Mapping
@@ -375,9 +371,4 @@ def _vi_shape_dtype(vi) -> tuple[tuple | None, str | None]:
             dims.append(None)
     return tuple(dims), dtype
 
-
-# loading lives in graph_load (kept apart so each module reads in one sitting); imported last
-# so that graph_load can import the classes above
-from edgeops.graph_load import load, parse_shapes  # noqa: E402
-
-__all__ = ["CONSTANT_OPS", "Graph", "Node", "Tensor", "load", "parse_shapes"]
+__all__ = ["CONSTANT_OPS", "Graph", "Node", "Tensor"]

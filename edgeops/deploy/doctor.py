@@ -1,5 +1,5 @@
 """``edgeops doctor``: a health checklist of a board, run on the board by its agent
-(``python -m edgeops.board doctor ROOT``); :func:`doctor` here, :func:`checks_here` there.
+(``python -m edgeops.deploy.board doctor ROOT``); :func:`doctor` here, :func:`checks_here` there.
 
 One line per check, status ``ok``, ``warn`` or ``fail``; the CLI exits 1 when any fails. The 23
 checks, in order (the field checklist: environment, board state, then the deployed package)::
@@ -41,19 +41,19 @@ import sys
 import time
 from pathlib import Path
 
+from edgeops.deploy.checks import CHECKS, FAIL, OK, WARN, NoPackage, check
+from edgeops.deploy.layout import (NEEDS, PYTHON_MIN, REQUIRES, BoardError, current_dir,
+                                   mem_available, status, vtuple)
 from edgeops.errors import DeployError
 
-OK, WARN, FAIL = "ok", "warn", "fail"
 SIMD = {"asimd", "fphp", "asimdhp", "asimddp", "sve", "sse4_2", "avx", "avx2", "fma", "f16c",
         "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx512_bf16"}
-CONSISTENCY_RTOL = {"fp32": 1e-5, "fp16": 2e-2}
-GROWTH_FAIL, GROWTH_WARN = 8 << 20, 1 << 20     # bytes over the measured runs
 
 
 def doctor(to, *, runs: int = 20) -> dict:
     """Run the checklist on the board at ``to``; the ``--json`` document (``ok``: no fail)."""
     from edgeops._version import __version__
-    from edgeops.transports import open_transport
+    from edgeops.deploy.transports import open_transport
     t = open_transport(to)
     rc, doc, err = t.board("doctor", t.root, "--expect-version", __version__, "--runs",
                            str(runs), check=False)
@@ -74,18 +74,17 @@ class _Ctx:
     def package(self):
         if self.pkg is None:
             from edgeops import package
-            from edgeops.board import BoardError, _current
             try:
-                cur = _current(self.root)
+                cur = current_dir(self.root)
             except BoardError as e:
-                raise _NoPackage(str(e)) from None
+                raise NoPackage(str(e)) from None
             self.pkg = package.load(cur)
         return self.pkg
 
     def run_once(self):
         """The first run in this process: its Numba figures and every lowered node's inputs."""
         if self.first is None:
-            from edgeops.bench import numba_stats
+            from edgeops.deploy.bench import numba_stats
             from edgeops.ort import dispatch
             p = self.package()
             ins, _ = p.reference()
@@ -114,20 +113,6 @@ class _Ctx:
             raise
 
 
-class _NoPackage(Exception):
-    pass
-
-
-CHECKS: list = []
-
-
-def check(name):
-    def deco(fn):
-        CHECKS.append((name, fn))
-        return fn
-    return deco
-
-
 def checks_here(root, *, expect_version=None, runs: int = 20) -> dict:
     """On the board: every check's ``{name, status, detail}``, in order."""
     ctx = _Ctx(root, expect_version, runs)
@@ -136,7 +121,7 @@ def checks_here(root, *, expect_version=None, runs: int = 20) -> dict:
         t0 = time.perf_counter()
         try:
             status, detail = fn(ctx)
-        except _NoPackage as e:
+        except NoPackage as e:
             status, detail = WARN, f"no package to check ({e})"
         except Exception as e:  # noqa: BLE001  (a check that cannot run is a failed check)
             status, detail = FAIL, f"{type(e).__name__}: {' '.join(str(e).split())}"[:400]
@@ -147,16 +132,10 @@ def checks_here(root, *, expect_version=None, runs: int = 20) -> dict:
             "ok": counts[FAIL] == 0, "installed_as": ctx.pkg.path.name if ctx.pkg else None}
 
 
-def _vt(v) -> tuple:
-    from edgeops.deploy import _vtuple
-    return _vtuple(v)
-
-
 # ---- environment ------------------------------------------------------------------------------
 
 @check("python")
 def _python(ctx):
-    from edgeops.board import PYTHON_MIN
     v = platform.python_version()
     need = ".".join(map(str, PYTHON_MIN))
     return (OK if sys.version_info[:2] >= PYTHON_MIN else FAIL), f"{v} (needs >= {need})"
@@ -165,13 +144,12 @@ def _python(ctx):
 def _module_check(mod):
     def fn(ctx):
         import importlib
-        from edgeops.board import NEEDS, REQUIRES
         dist, vmin = REQUIRES[mod]
         try:
             v = getattr(importlib.import_module(mod), "__version__", "0")
         except Exception as e:  # noqa: BLE001  (a broken install is a finding)
             return FAIL, f"cannot import {mod} ({type(e).__name__}: {e}); {NEEDS[mod]}"
-        if _vt(v) < _vt(vmin):
+        if vtuple(v) < vtuple(vmin):
             return FAIL, f"{v} is older than {vmin}; {NEEDS[mod]}"
         return OK, f"{v} (needs >= {vmin})"
     return fn
@@ -209,7 +187,7 @@ def _board(ctx):
     from edgeops import boards
     try:
         return boards.load(ctx.package().manifest["board"]["name"])
-    except _NoPackage:
+    except NoPackage:
         return None
 
 
@@ -235,7 +213,7 @@ def _cpu(ctx):
 def _board_match(ctx):
     b = _board(ctx)
     if b is None:
-        raise _NoPackage("no current package")
+        raise NoPackage("no current package")
     m = platform.machine()
     isa = set(b.isa)
     want = ("aarch64" if isa & {"asimd", "armv8.2-a"} else "x86_64" if isa & {"avx", "avx2"}
@@ -276,7 +254,7 @@ def _disk(ctx):
     free = shutil.disk_usage(root).free
     try:
         size = sum(f.stat().st_size for f in ctx.package().path.iterdir())
-    except _NoPackage:
+    except NoPackage:
         size = 0
     detail = f"{free / 2**20:.0f} MiB free at {root} (package {size / 2**20:.1f} MiB)"
     if free < size + (16 << 20):
@@ -286,8 +264,7 @@ def _disk(ctx):
 
 @check("memory")
 def _memory(ctx):
-    from edgeops.board import _mem_available
-    m = _mem_available()
+    m = mem_available()
     if m is None:
         return WARN, "MemAvailable unknown (no /proc/meminfo)"
     st = OK if m >= 256 << 20 else WARN if m >= 64 << 20 else FAIL
@@ -296,7 +273,6 @@ def _memory(ctx):
 
 @check("board-layout")
 def _layout(ctx):
-    from edgeops.board import status
     s = status(ctx.root)
     bad = [n for n in ("current", "previous") if s[n] and not (ctx.root / s[n]).is_dir()]
     if bad:
@@ -307,6 +283,6 @@ def _layout(ctx):
     return OK, f"current {s['current']}, previous {s['previous']}"
 
 
-from edgeops import doctor_package  # noqa: E402,F401  (checks 15-23)
+from edgeops.deploy import doctor_package  # noqa: E402,F401  (registers checks 15-23)
 
 assert len(CHECKS) == 23, len(CHECKS)

@@ -14,7 +14,6 @@ its outputs back; :func:`status` and :func:`clean` show and remove what a failed
 from __future__ import annotations
 
 import hashlib
-import itertools
 import json
 import os
 import secrets
@@ -27,7 +26,8 @@ import zipfile
 from pathlib import Path
 
 from edgeops.errors import DeployError
-from edgeops.transports import LIB, Transport, open_transport
+from edgeops.deploy.layout import NEEDS, PYTHON_MIN, REQUIRES, vtuple
+from edgeops.deploy.transports import LIB, Transport, open_transport
 
 STALE_S = 15 * 60    # a staging directory untouched this long belongs to a dead deploy
 
@@ -51,7 +51,7 @@ def deploy(pkg, to, *, board: str | None = None, progress: bool = True,
                           f"compile it with --board {board}")
     signed = None
     if verify_key is not None:
-        from edgeops import signing
+        from edgeops.deploy import signing
         signed = signing.verify(p.path, verify_key)
     t = open_transport(to)
     agent = ensure_edgeops(t, progress=progress)
@@ -254,14 +254,6 @@ print(json.dumps({"installed": dst}))
 """
 
 
-def _vtuple(v) -> tuple:
-    out = []
-    for part in str(v).split(".")[:3]:
-        digits = "".join(itertools.takewhile(str.isdigit, part))
-        out.append(int(digits or 0))
-    return tuple(out)
-
-
 def push_reason(probe: dict, version: str, wheel_sha: str | None) -> str | None:
     """Why the board needs this edgeops pushed (None: it has it). ``wheel_sha``: the wheel's
     sha256, compared with a board-private install (its content, not only its version)."""
@@ -283,16 +275,15 @@ def ensure_edgeops(t: Transport, *, progress: bool = False) -> dict:
     ``ROOT/.edgeops/lib`` when it is missing or different. Raises :class:`DeployError` naming
     what the board lacks and the pip command that installs it."""
     from edgeops._version import __version__
-    from edgeops.board import NEEDS, PYTHON_MIN, REQUIRES
     needs = {m: d for m, (d, _) in REQUIRES.items()}
     lib = t.path(LIB)
     probe = t.probe(_PROBE, lib, json.dumps(needs))[1]
-    if _vtuple(probe["python"]) < PYTHON_MIN:
+    if vtuple(probe["python"]) < PYTHON_MIN:
         raise DeployError(f"the board's Python is {probe['python']}; edgeops needs "
                           f"{'.'.join(map(str, PYTHON_MIN))} or newer (?python=PATH in the URI "
                           f"picks another interpreter)")
     bad = [m for m, (_, vmin) in REQUIRES.items()
-           if probe["modules"].get(m) is None or _vtuple(probe["modules"][m]) < _vtuple(vmin)]
+           if probe["modules"].get(m) is None or vtuple(probe["modules"][m]) < vtuple(vmin)]
     if bad:
         have = ", ".join(f"{m} {probe['modules'].get(m) or 'missing'}" for m in bad)
         pips = " ".join(NEEDS[m].split(" ", 2)[2] for m in bad)

@@ -1,14 +1,9 @@
-"""Board-side agent: ``python -m edgeops.board info|status|verify|activate|rollback|run|smoke|
-clean|bench|doctor|...`` (bench: :mod:`edgeops.bench`, doctor: :mod:`edgeops.doctor`).
+"""Board-side agent: ``python -m edgeops.deploy.board info|status|verify|activate|rollback|run|smoke|
+clean|bench|doctor|...`` (bench: :mod:`edgeops.deploy.bench`, doctor: :mod:`edgeops.deploy.doctor`).
 
 It runs on the board (through a transport: a local directory, ssh) and prints one JSON document
 on stdout per command; a user error is one line on stderr and exit status 2; a failed smoke test
-exits 1. Layout of a board root::
-
-    ROOT/pkg-<id>/       installed packages (at most current and previous are kept)
-    ROOT/staging-<id>/   an upload in progress (never run)
-    ROOT/current         symlink to the package that runs, switched with os.replace (atomic)
-    ROOT/previous        symlink to the one before, for rollback
+exits 1. The board root's layout: :mod:`edgeops.deploy.layout`.
 
 Pure Python on top of edgeops; numpy/onnxruntime are only needed for run/smoke/verify.
 """
@@ -23,19 +18,10 @@ import sys
 import time
 from pathlib import Path
 
+from edgeops.deploy.layout import (CURRENT, NEEDS, PREVIOUS, BoardError, current_dir, link_target,
+                                   mem_available, status, touched)
+
 _STARTED = time.perf_counter()     # bench's cold start counts from the agent's start
-CURRENT, PREVIOUS = "current", "previous"
-# import name -> (distribution, minimum version), as pyproject.toml requires them: the board's
-# own wheels (deploy pushes edgeops only, and says how to install what is missing)
-REQUIRES = {"numpy": ("numpy", "1.24"), "numba": ("numba", "0.59"),
-            "onnxruntime": ("onnxruntime", "1.17"),
-            "onnxruntime_extensions": ("onnxruntime-extensions", "0.12"), "onnx": ("onnx", "1.16")}
-NEEDS = {m: f"pip install '{d}>={v}'" for m, (d, v) in REQUIRES.items()}
-PYTHON_MIN = (3, 10)
-
-
-class BoardError(Exception):
-    """A user-facing failure on the board (one line on stderr, exit 2)."""
 
 
 # ---- commands (each returns the JSON document) ------------------------------------------------
@@ -57,41 +43,7 @@ def info(root=None) -> dict:
     return {"python": platform.python_version(), "executable": sys.executable,
             "edgeops": __version__, "modules": mods, "machine": platform.machine(),
             "system": platform.system(), "disk_free_bytes": du.free,
-            "memory_available_bytes": _mem_available(), "root": str(where)}
-
-
-def _mem_available():
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return None
-
-
-def status(root) -> dict:
-    root = Path(root)
-    now = time.time()
-    staging = sorted(root.glob("staging-*")) if root.is_dir() else []
-    lib = root / ".edgeops" / "lib"
-    return {"root": str(root), "current": _target(root / CURRENT),
-            "previous": _target(root / PREVIOUS),
-            "installed": sorted(p.name for p in root.glob("pkg-*")) if root.is_dir() else [],
-            "staging": [p.name for p in staging],
-            "staging_idle_s": {p.name: round(now - _touched(p), 1) for p in staging},
-            "pushed_edgeops": _target(lib) if lib.is_symlink() else None}
-
-
-def _touched(d: Path) -> float:
-    """When anything in ``d`` last changed (an upload in progress keeps touching it)."""
-    t = 0.0
-    for p in [d, *d.rglob("*")]:
-        try:
-            t = max(t, p.lstat().st_mtime)
-        except OSError:
-            pass
-    return t
+            "memory_available_bytes": mem_available(), "root": str(where)}
 
 
 def clean(root, older_than: float = 0) -> dict:
@@ -104,7 +56,7 @@ def clean(root, older_than: float = 0) -> dict:
         leftovers = [*root.glob("staging-*"), *root.glob(".edgeops/push-*"),
                      *root.glob(".edgeops/lib-*.tmp-*")]
         for p in leftovers:
-            if p.is_dir() and not p.is_symlink() and now - _touched(p) >= older_than:
+            if p.is_dir() and not p.is_symlink() and now - touched(p) >= older_than:
                 shutil.rmtree(p, ignore_errors=True)
                 removed.append(str(p.relative_to(root)))
         for p in [*root.glob(f".{CURRENT}.tmp-*"), *root.glob(f".{PREVIOUS}.tmp-*")]:
@@ -137,7 +89,7 @@ def activate(root, name, previous: str | None = None, collect: bool = False) -> 
     if name.startswith("staging-"):
         name = "pkg-" + name[len("staging-"):]
         os.rename(src, root / name)
-    old = _target(root / CURRENT)
+    old = link_target(root / CURRENT)
     _link(root, CURRENT, name)
     prev = old if previous is None else previous
     if prev and prev != name:
@@ -166,7 +118,7 @@ def deactivate(root) -> dict:
 
 def rollback(root) -> dict:
     root = Path(root)
-    cur, prev = _target(root / CURRENT), _target(root / PREVIOUS)
+    cur, prev = link_target(root / CURRENT), link_target(root / PREVIOUS)
     if not prev or not (root / prev).is_dir():
         raise BoardError(f"{root} has no previous package to go back to")
     _link(root, CURRENT, prev)
@@ -186,9 +138,9 @@ def remove(root, name) -> dict:
 
 def run(root, inputs=None, out=None, runs: int = 1) -> dict:
     from edgeops import package
-    from edgeops.cli.run import run_package
+    from edgeops.run import run_package
     import numpy as np
-    cur = _current(root)
+    cur = current_dir(root)
     p = package.load(cur)
     doc = run_package(p, inputs=inputs, runs=runs)
     if out is not None:
@@ -204,8 +156,8 @@ def run(root, inputs=None, out=None, runs: int = 1) -> dict:
 def _outputs(p, inputs) -> dict:
     import numpy as np
     if isinstance(inputs, (str, Path)):
-        from edgeops.cli.run import _read_inputs
-        inputs = _read_inputs(inputs, p)
+        from edgeops.run import read_inputs
+        inputs = read_inputs(inputs, p)
     sess = p.session()
     names = [o.name for o in sess.get_outputs()]
     return dict(zip(names, (np.asarray(v) for v in sess.run(names, inputs))))
@@ -213,7 +165,7 @@ def _outputs(p, inputs) -> dict:
 
 def smoke(root) -> dict:
     from edgeops import package
-    cur = _current(root)
+    cur = current_dir(root)
     p = package.load(cur)
     ref_in, ref_out = p.reference()
     t0 = time.perf_counter()
@@ -225,18 +177,6 @@ def smoke(root) -> dict:
 
 
 # ---- helpers ----------------------------------------------------------------------------------
-
-def _target(link: Path) -> str | None:
-    return os.readlink(link) if link.is_symlink() else None
-
-
-def _current(root) -> Path:
-    root = Path(root)
-    name = _target(root / CURRENT)
-    if not name or not (root / name).is_dir():
-        raise BoardError(f"{root} has no current package; deploy one first")
-    return root / name
-
 
 def _link(root: Path, linkname: str, target: str) -> None:
     # relative target, so the root can be moved or seen through a mount
@@ -262,7 +202,7 @@ def _fsync_dir(d: Path) -> None:
 
 
 def _collect(root: Path) -> None:
-    keep = {_target(root / CURRENT), _target(root / PREVIOUS)}
+    keep = {link_target(root / CURRENT), link_target(root / PREVIOUS)}
     for p in root.glob("pkg-*"):
         if p.name not in keep and p.is_dir() and not p.is_symlink():
             shutil.rmtree(p, ignore_errors=True)
@@ -271,7 +211,7 @@ def _collect(root: Path) -> None:
 # ---- command line ---------------------------------------------------------------------------
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m edgeops.board")
+    ap = argparse.ArgumentParser(prog="python -m edgeops.deploy.board")
     sub = ap.add_subparsers(dest="cmd", required=True)
     s = sub.add_parser("info")
     s.add_argument("root", nargs="?")
@@ -320,7 +260,7 @@ def main(argv=None) -> int:
                "bench": lambda: _bench(a.root, a.runs, a.profile_runs),
                "doctor": lambda: _doctor(a.root, a.expect_version, a.runs)}[a.cmd]()
     except (BoardError, EdgeOpsError, OSError) as e:
-        print(f"edgeops.board {a.cmd}: error: {' '.join(str(e).split())}", file=sys.stderr)
+        print(f"edgeops.deploy.board {a.cmd}: error: {' '.join(str(e).split())}", file=sys.stderr)
         return 2
     json.dump(doc, sys.stdout, default=_jsonable)
     sys.stdout.write("\n")
@@ -328,12 +268,12 @@ def main(argv=None) -> int:
 
 
 def _bench(root, runs, profile_runs):
-    from edgeops.bench import bench_here
-    return bench_here(_current(root), runs=runs, profile_runs=profile_runs, started=_STARTED)
+    from edgeops.deploy.bench import bench_here
+    return bench_here(current_dir(root), runs=runs, profile_runs=profile_runs, started=_STARTED)
 
 
 def _doctor(root, expect_version, runs):
-    from edgeops.doctor import checks_here
+    from edgeops.deploy.doctor import checks_here
     return checks_here(root, expect_version=expect_version, runs=runs)
 
 

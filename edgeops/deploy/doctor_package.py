@@ -1,12 +1,12 @@
 """The package half of ``edgeops doctor`` (checks 15-23: the deployed package); the
-environment half and the runner are in :mod:`edgeops.doctor`, which imports this module
+environment half and the runner are in :mod:`edgeops.deploy.doctor`, which imports this module
 after its own checks so the order of the checklist is the order of definition."""
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
-from edgeops.doctor import CONSISTENCY_RTOL, FAIL, GROWTH_FAIL, GROWTH_WARN, OK, WARN, check
+from edgeops.deploy.checks import CONSISTENCY_RTOL, FAIL, GROWTH_FAIL, GROWTH_WARN, OK, WARN, check
 
 
 # ---- the deployed package -----------------------------------------------------------------------
@@ -129,13 +129,12 @@ def _growth(ctx):
 
 @check("fusion")
 def _fusion(ctx):
-    from edgeops.cli.run import _unpinned
     from edgeops.ort import session
-    from edgeops.package import compare
+    from edgeops.package import compare, unpinned
     p = ctx.package()
     fused = [r for r in p.manifest["placement"] if len(r.get("fused") or []) > 1]
     ins, want = p.reference()
-    sess = session(_unpinned(p.model()), target="reference")
+    sess = session(unpinned(p.model()), target="reference")
     names = [o.name for o in sess.get_outputs()]
     got = dict(zip(names, sess.run(names, ins)))
     err = max(e["max_rel"] for e in compare(got, want).values())

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Iterable, Mapping
 
 from edgeops.errors import ModelError, OpDefinitionError, ShapeError
+from edgeops.graph.ir import Graph, _static, _vi_shape_dtype
 
 # ---- --shapes overrides ---------------------------------------------------------------------
 
@@ -82,7 +83,6 @@ def _require_static(model, source: str) -> None:
     for i in model.graph.input:
         if i.name in inits:
             continue
-        from edgeops.graph import _vi_shape_dtype
         shape, _ = _vi_shape_dtype(i)
         if shape is None:
             raise ShapeError(f"{source}: input {i.name!r} has no shape; pass --shapes "
@@ -205,7 +205,6 @@ def load(src, shapes=None, *, check: bool = True, require_static: bool = True,
 def _infer_all(model, source: str, base_dir: str | None):
     """ONNX inference, then the outputs it left unknown (ai.edgeops ops; function ops such as
     GroupNormalization) from op definitions, pinned as value_info, then ONNX again downstream."""
-    from edgeops.graph import Graph
     pinned: set[str] = set()
     while True:
         _infer(model, source)
@@ -226,7 +225,6 @@ _SAME_SHAPE = {"GroupNormalization"}
 def _missing_shapes(graph) -> dict[str, tuple[tuple, str | None]]:
     """Shapes for unknown outputs, from op definitions, walking the nodes in order so that one
     filled shape lets the next node's definition run too (until a node edgeops cannot define)."""
-    from edgeops.graph import _static
     known = {n: (t.shape, t.dtype) for n, t in graph.tensors.items() if t.is_static}
     pins = {}
     for n in graph.nodes:
