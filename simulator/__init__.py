@@ -21,6 +21,8 @@ and calls these)::
     plan_memory(steps, sizes, inputs, outputs) -> MemoryPlan   in-place reuse, views, arena
     peer_latency(nodes_or_subgraph, board) -> PeerEstimate     ONNX Runtime's own execution
     chrome_trace(rows, board)                                  ``edgeops.simulator.plot``: PNGs
+    roofline: kernel_roof / board_roof (from the board file), place(points) -> why a point is
+        above its roof, roofline_data (JSON), points_from_nodes(simulate rows)
 
 The traffic conventions (what an emulator must reproduce byte for byte) are in ``nest.py`` and
 ``gemmview.py``; the timing model in ``timing.py``.

@@ -33,41 +33,32 @@ def _save(fig, path) -> str:
     return path
 
 
-def roofs(board, dtype: str = "fp16", target: str | None = None) -> tuple[float, float, str]:
-    """(peak flops/s of the matrix unit for ``dtype`` over all its cores, off-chip bytes/s, unit)."""
-    from edgeops.errors import BoardError
-    from edgeops.simulator.hardware import from_board
-    hw = from_board(board, target)
-    peak, name = 0.0, hw.matrix_unit.name
-    for u in (hw.matrix_unit, *hw.matrix_alts, hw.vector_unit):
-        try:
-            r = u.flops_per_cycle(dtype) * u.hz * u.cores
-        except BoardError:
-            continue
-        if r > peak:
-            peak, name = r, u.name
-    off = board.offchip.name
-    bw = max((p.bandwidth_bytes_per_s for p in board.paths if p.src == off), default=0.0)
-    return peak, bw, name
-
-
 def roofline(points: list[dict], board, path, *, dtype: str = "fp16", title: str = "",
-             target: str | None = None) -> str:
+             target: str | None = None, threads: int | None = None) -> str:
     """Roofline PNG: each point {label, flops, offchip_bytes, latency_s} at (flops / off-chip
-    byte, flops / latency) under the board's compute roof and off-chip bandwidth slope."""
+    byte, flops / latency) under the roof of the kernels' cores and the board total (see
+    ``edgeops.simulator.roofline``; rows of ``points_from_nodes`` also say why a point is above).
+    A point above its roof is drawn hollow and its reason listed under the plot."""
+    from edgeops.simulator.roofline import board_roof, kernel_roof, place
     plt = _plt()
-    peak, bw, unit = roofs(board, dtype, target)
-    pts = [p for p in points if p.get("flops") and p.get("latency_s") and p.get("offchip_bytes")]
+    roof, total = kernel_roof(board, dtype, target, threads), board_roof(board, dtype)
+    pts = place(points, roof, board)
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    ai = [p["flops"] / p["offchip_bytes"] for p in pts]
-    lo = min([0.1] + [a / 4 for a in ai])
-    hi = max([4 * peak / bw if bw else 100.0] + [a * 4 for a in ai])
+    bw = roof.bytes_s
+    lo = min([0.1] + [p.ai / 4 for p in pts])
+    hi = max([4 * total.flops_s / bw if bw else 100.0] + [p.ai * 4 for p in pts])
     xs = [lo * (hi / lo) ** (i / 200) for i in range(201)]
-    ax.plot(xs, [min(peak, x * bw) for x in xs], color="black", lw=1.5,
-            label=f"roof: {peak / 1e12:.2f} TFLOP/s ({unit}, {dtype}), {bw / 1e9:.0f} GB/s")
-    for p, a in zip(pts, ai):
-        ax.scatter([a], [p["flops"] / p["latency_s"]], s=28, zorder=3)
-        ax.annotate(p.get("label", ""), (a, p["flops"] / p["latency_s"]), fontsize=7,
+    for r, style in ((roof, dict(color="black", lw=1.5)), (total, dict(color="gray", lw=1, ls="--"))):
+        ax.plot(xs, [r.at(x) for x in xs], **style,
+                label=f"{r.label}: {_flops(r.flops_s)} ({dtype}), {bw / 1e9:.0f} GB/s")
+    notes = []
+    for p in pts:
+        if p.above:
+            notes.append(f"{p.label}: {p.reason}")
+            ax.scatter([p.ai], [p.achieved], s=36, zorder=3, facecolors="none", edgecolors="red")
+        else:
+            ax.scatter([p.ai], [p.achieved], s=28, zorder=3)
+        ax.annotate(p.label + (" *" if p.above else ""), (p.ai, p.achieved), fontsize=7,
                     xytext=(3, 3), textcoords="offset points")
     ax.set_xscale("log")
     ax.set_yscale("log")
@@ -75,8 +66,16 @@ def roofline(points: list[dict], board, path, *, dtype: str = "fp16", title: str
     ax.set_ylabel("achieved FLOP/s (FLOPs / predicted latency)")
     ax.set_title(title or f"roofline on {board.name}")
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8, loc="lower right")
+    ax.legend(fontsize=7, loc="lower right")
+    if notes:
+        fig.text(0.01, -0.02, "* above the roof: " + "\n".join(notes[:12])
+                 + (f"\n... {len(notes) - 12} more" if len(notes) > 12 else ""),
+                 fontsize=6, va="top", wrap=True)
     return _save(fig, path)
+
+
+def _flops(v: float) -> str:
+    return f"{v / 1e12:.2f} TFLOP/s" if v >= 1e12 else f"{v / 1e9:.1f} GFLOP/s"
 
 
 def heatmap(grid, path, *, title: str = "", value: str = "offchip_bytes") -> str:

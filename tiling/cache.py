@@ -22,7 +22,7 @@ from edgeops.tiling.api import Evaluated, as_space
 from edgeops.tiling.tiling import Tiling
 
 # Bump whenever a change to edgeops.simulator or the search changes what a tiling predicts.
-COST_MODEL_VERSION = "5"
+COST_MODEL_VERSION = "6"
 
 
 def cache_dir() -> Path:

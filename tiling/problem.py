@@ -234,7 +234,7 @@ def problems(sp: Space, hw) -> dict[str, Problem]:
         fl = 6 * M * F
         if hw.family == "ascend" and hw.separated:   # gate|up leave the Cube, AIV gates them
             ob = M * 2 * F * ELEM_BYTES[sp.dtype]
-            p = stream_pass(hw, "swiglu gate (AIV via GM)", ob, ob // 2, fl, sp.dtype)
+            p = stream_pass(hw, "swiglu gate (AIV via GM)", ob, ob // 2, fl, sp.dtype, inputs=2)
             return {"gemm": gemm_problem(sp, hw, M=M, N=2 * F, K=D, fixed=(p,))}
         return {"gemm": gemm_problem(sp, hw, M=M, N=2 * F, K=D, extra_vector=fl, out_div=2)}
     if k == "conv2d":

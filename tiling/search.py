@@ -37,7 +37,7 @@ class SearchResult:
     candidates_evaluated: int
     seconds: float
     compulsory_bytes: int
-    lower_bound_bytes: int | None
+    lower_bound_bytes: int
     alternatives: dict = field(default_factory=dict)   # decomposition -> best objective value
 
     @property

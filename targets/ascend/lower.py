@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from edgeops.simulator.passes import PASS_BUFS, pass_tile_bytes
 from edgeops.targets.ascend.conv import ConvGeom, conv_programs
 from edgeops.targets.ascend.cube import FIXPIPE_ACTS, NP, Epilogue
 from edgeops.targets.ascend.gemm import GemmGeom, gemm_nest, gemm_programs
@@ -66,13 +67,13 @@ def _epilogue(m, act: Act, out: str, bias, scale) -> tuple[Epilogue, Act | None]
 
 
 def pass_programs(m, op, n: int, dtype: str):
-    """A streaming pass over ``n`` elements: UB as 2 in + 2 out buffers, every Vector core."""
-    cap, al = m.capacity["ub"], m.alignment["ub"]
-    tile_b = max(al, (cap // 4) // al * al)
+    """A streaming pass over ``n`` elements on every Vector core, its UB buffers sized by the
+    planner's own rule (``pass_tile_bytes``: a queue per input, one for the output)."""
+    tile_b = pass_tile_bytes(m.capacity["ub"], m.alignment["ub"], len(op.inputs))
     t = max(1, tile_b // ELEM[dtype])
     cores = m.cores[m.vector_core]
     split = {"e": min(cores, cdiv(n, t))} if cdiv(n, t) > 1 else {}
-    return stream_programs(m, op, {"e": t}, ("e",), {"in": 2, "out": 2}, split)
+    return stream_programs(m, op, {"e": t}, ("e",), {"in": PASS_BUFS, "out": PASS_BUFS}, split)
 
 
 def _tail(m, gm, low: Lowered, src: str, dst: str, act: Act, dtype: str):
