@@ -99,11 +99,13 @@ def simulate(args) -> dict:
     if args.plot:
         from edgeops import boards
         from edgeops.simulator.plot import roofline
-        pts = [{"label": r["node"], "flops": r["flops"], "offchip_bytes": r["offchip_bytes"],
-                "latency_s": r["latency_s"]} for r in doc["nodes"] if r["model"] == "tiled"]
+        from edgeops.simulator.roofline import points_from_nodes, roofline_data
+        pts = points_from_nodes(doc["nodes"])
         dtype = next((r["dtype"] for r in doc["nodes"] if r.get("dtype")), "fp16")
-        doc["plot"] = roofline(pts, boards.load(args.board), args.plot, dtype=dtype,
-                               target=args.target, title=f"{doc['model']} on {doc['board']}")
+        board = boards.load(args.board)
+        doc["plot"] = roofline(pts, board, args.plot, dtype=dtype, target=args.target,
+                               title=f"{doc['model']} on {doc['board']}")
+        doc["roofline"] = roofline_data(pts, board, dtype=dtype, target=args.target)
     return doc
 
 
