@@ -1,10 +1,15 @@
-"""``edgeops simulate (MODEL | --op SPEC) --board NAME [--tiling auto|naive|FILE] [--shapes ...]
-[--json] [--plot PNG] [--trace FILE] [--emulate]``: predicted traffic, latency and bound of every
-node, launches, fusion, peak activation memory and the total latency of a model (or one op).
+"""``edgeops simulate (MODEL | --op SPEC) --board NAME [--lower auto|all|none] [--unfused
+[--tiling auto|naive|FILE]] [--shapes ...] [--json] [--plot PNG] [--trace FILE] [--emulate]``:
+predicted traffic, latency and bound of every node, launches, fusion, peak activation memory and
+the total latency of a model (or one op).
 
-It calls :func:`edgeops.tiling.graphsim.simulate_model` / :func:`~edgeops.tiling.graphsim.simulate_op`.
+A model is predicted as ``edgeops compile`` would build it (its passes and lowering, the same
+per-node costs: :func:`edgeops.pipeline.predict.simulate_compiled`), so the total is compile's
+predicted latency. ``--unfused`` gives the tiling study of the unfused graph instead
+(:func:`edgeops.tiling.graphsim.simulate_model`), where ``--tiling``, ``--objective`` and
+``--budget`` choose the tilings; ``--op`` is one op (:func:`~edgeops.tiling.graphsim.simulate_op`).
 ``--tiling FILE``: a tiling JSON for ``--op`` (``edgeops tune --op ... --out``), a plan for a
-model (``edgeops tune MODEL --out``). ``--trace`` writes a Chrome trace (open it in
+model with ``--unfused`` (``edgeops tune MODEL --out``). ``--trace`` writes a Chrome trace (open it in
 https://ui.perfetto.dev); ``--plot`` a roofline PNG. ``--emulate`` (``--op`` on an Ascend board)
 also runs the op on the functional NPU emulator and prints measured next to predicted.
 """
@@ -26,7 +31,15 @@ def add(sub):
                    help="searched (auto, default), naive, or a tiling/plan JSON file")
     p.add_argument("--objective", choices=["latency", "traffic"], default="latency",
                    help="what --tiling auto optimises")
-    p.add_argument("--budget", type=int, default=250_000, help="search budget per op (auto)")
+    p.add_argument("--budget", type=int, default=None,
+                   help="search budget per op (default: 250000 for --op and --unfused, compile's "
+                        "for a compiled model)")
+    p.add_argument("--lower", default="auto", choices=("auto", "all", "none"),
+                   help="a model's placement, as edgeops compile --lower (on host: predicted, "
+                        "not measured)")
+    p.add_argument("--unfused", action="store_true",
+                   help="a model: the unfused graph, every node tiled (a tiling study), not what "
+                        "compile would build")
     p.add_argument("--shapes", action="append", metavar="NAME:1x3x224x224[;...]",
                    help="concrete sizes for model inputs with symbolic dims")
     p.add_argument("--no-cache", action="store_true", help="neither read nor write the tuning cache")
@@ -79,15 +92,25 @@ def simulate(args) -> dict:
     """The ``--json`` document; writes --trace and --plot."""
     from edgeops.pipeline.models import load_graph
     from edgeops.tiling.graphsim import simulate_model, simulate_op
+    shapes = ";".join(args.shapes) if args.shapes else None
+    study = args.op or args.unfused
+    if not study and (args.tiling != "auto" or args.objective != "latency"):
+        raise EdgeOpsError("--tiling and --objective choose the tilings of the unfused graph: add "
+                           "--unfused (a compiled model's tilings are the lowering's own)")
+    budget = args.budget if args.budget is not None or not study else 250_000
     with progress_bar(not args.json, "planning") as bar:
         if args.op:
             sim = simulate_op(args.op, args.board, tiling=args.tiling, target=args.target,
-                              objective=args.objective, budget=args.budget, progress=bar)
-        else:
-            model = load_graph(args.model, ";".join(args.shapes) if args.shapes else None)
-            sim = simulate_model(model, args.board, tiling=args.tiling,
+                              objective=args.objective, budget=budget, progress=bar)
+        elif args.unfused:
+            sim = simulate_model(load_graph(args.model, shapes), args.board, tiling=args.tiling,
                                  objective=args.objective, cache=not args.no_cache,
-                                 target=args.target, budget=args.budget, progress=bar)
+                                 target=args.target, budget=budget, progress=bar)
+        else:
+            from edgeops.pipeline.predict import simulate_compiled
+            sim = simulate_compiled(args.model, args.board, mode=args.lower, shapes=shapes,
+                                    targets=[args.target] if args.target else None,
+                                    budget=budget, cache=not args.no_cache)
     doc = sim.to_dict()
     if args.trace:
         from edgeops.simulator.trace import write_trace
@@ -114,7 +137,9 @@ def print_report(doc: dict) -> None:
     from rich.table import Table
     c = console()
     peer = doc.get("peer")
-    t = Table(title=f"{e(doc['model'])} on {doc['board']} ({doc['target']}, tiling {doc['tiling']})")
+    view = (f"as compiled, --lower {doc['mode']}" if doc.get("view") == "compiled"
+            else f"tiling {doc['tiling']}")
+    t = Table(title=f"{e(doc['model'])} on {doc['board']} ({doc['target']}, {view})")
     cols = ["node", "op", "model", "off-chip", "latency", "bound", "launches", "tiling / note"]
     if peer:
         cols.insert(6, "ORT peer")
@@ -134,6 +159,9 @@ def print_report(doc: dict) -> None:
             f"{fmt_bytes(doc['arena_bytes'])})"
             + (f"; ONNX Runtime peer {fmt_s(peer['latency_s'])}" if peer else "")
             + (f"; fp32 runs as {doc['cast']['fp32']}" if doc.get("cast") else ""))
+    if doc.get("unmodelled"):
+        c.print(f"edgeops compile predicts {fmt_s(doc['compile_predicted_latency_s'])}: it leaves "
+                f"{len(doc['unmodelled'])} node(s) unmodelled, estimated here from their bytes")
     em = doc.get("emulated")
     if em:
         c.print(f"emulated: off-chip {fmt_bytes(em['emulated']['offchip_bytes'])}, latency "

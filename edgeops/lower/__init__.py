@@ -19,7 +19,7 @@ get fp32 nodes (the Cube runs fp16, as vendor converters do by default; the boun
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from types import SimpleNamespace
 
 import onnx
@@ -54,13 +54,17 @@ class Placement:
     signature: str | None = None             # op signature (tuning cache, kernel tables)
     measured_s: float | None = None          # the kernel through the bridge, measured here
     measured_peer_s: float | None = None     # ONNX Runtime on the original node(s), measured
+    # what latency_s was predicted from (edgeops.pipeline.predict simulates the same), not saved
+    prediction: object = field(default=None, repr=False, compare=False)
+    planned: object = field(default=None, repr=False, compare=False)     # its Tiling
 
     @property
     def where(self) -> str:
         return self.target or ORT
 
     def to_dict(self) -> dict:
-        d = asdict(self)
+        d = {f.name: getattr(self, f.name) for f in fields(self)
+             if f.name not in ("prediction", "planned")}
         d["where"], d["fused"] = self.where, list(self.fused)
         return d
 

@@ -39,7 +39,7 @@ def place(n, ctx, fused=()) -> Placement:
     p = Placement(n.name, op, k.target, k.name, why, lat, pred.bound if pred else None, peer,
                   tiling.to_json() if tiling is not None and _accepts_tiling(k, tiling) is True
                   else None, tiling.describe() if tiling is not None else None, precision,
-                  tuple(fused), sig)
+                  tuple(fused), sig, prediction=pred, planned=tiling)
     if ctx.mode == "all":
         p.reason = f"--lower all: {why}"
     elif ctx.board.kind == "npu":

@@ -69,7 +69,8 @@ def test_simulate_model_json_trace_and_plot(capsys, tmp_path):
 
 
 def test_simulate_human_output(capsys):
-    assert main(["simulate", "sample", "--board", "ascend-910b", "--tiling", "naive"]) == 0
+    assert main(["simulate", "sample", "--board", "ascend-910b", "--unfused", "--tiling",
+                 "naive"]) == 0
     out = capsys.readouterr().out
     assert "GroupNormAct" not in out and "peak activation memory" in out
 
@@ -95,8 +96,8 @@ def test_tune_out_then_simulate_with_the_file(capsys, tmp_path):
 def test_model_plan_round_trip(capsys, tmp_path):
     plan = tmp_path / "plan.json"
     t = run_json(capsys, ["tune", "sample", "--board", "ascend-910b", "--out", str(plan), "--json"])
-    s = run_json(capsys, ["simulate", "sample", "--board", "ascend-910b", "--tiling", str(plan),
-                          "--json"])
+    s = run_json(capsys, ["simulate", "sample", "--board", "ascend-910b", "--unfused",
+                          "--tiling", str(plan), "--json"])
     assert s["tiling"] == "plan"
     tuned = {n["node"]: n["best"] for n in t["nodes"] if "best" in n}
     for r in s["nodes"]:
@@ -145,8 +146,10 @@ BAD = {
                          "{d}/junk.json"], "not valid JSON"),
     "tiling file missing": (["simulate", "--op", GEMM, "--board", "ascend-910b", "--tiling",
                              "{d}/nosuch.json"], "cannot read"),
-    "single tiling for a model": (["simulate", "sample", "--board", "ascend-910b", "--tiling",
-                                   "{d}/gemm.json"], "nodes"),
+    "single tiling for a model": (["simulate", "sample", "--board", "ascend-910b", "--unfused",
+                                   "--tiling", "{d}/gemm.json"], "nodes"),
+    "tilings of a compiled model": (["simulate", "sample", "--board", "ascend-910b", "--tiling",
+                                     "naive"], "--unfused"),
     "emulate a model": (["simulate", "sample", "--board", "ascend-910b", "--emulate"], "--op"),
     "emulate on a CPU": (["simulate", "--op", GEMM, "--board", "rk3588", "--emulate"], "Ascend board"),
     "bad --top": (["tune", "--op", GEMM, "--board", "ascend-910b", "--top", "0"], "--top"),
@@ -205,3 +208,28 @@ def test_tune_fp32_gemm_on_jetson_uses_cuda_cores(capsys):
         if dtype == "fp16":   # faster than the CUDA cores could ever be
             cc = unit["cuda_core"]["per_core"] * unit["cuda_core"]["flops_per_cycle"]["fp16"]
             assert cyc[name] < flops / sms / cc
+
+
+@pytest.mark.parametrize("board", ["rk3588", "ascend-910b", "jetson-orin-nano"])
+def test_simulate_predicts_what_compile_builds(board, capsys, tmp_path):
+    """simulate MODEL and compile MODEL share one predictor: the same nodes, the same per-node
+    latency, and a total that is compile's plus what it leaves unmodelled."""
+    c = run_json(capsys, ["compile", "sample", "--board", board, "-o", str(tmp_path / "p"),
+                          "--no-verify", "--json"])
+    s = run_json(capsys, ["simulate", "sample", "--board", board, "--json"])
+    assert s["view"] == "compiled" and s["mode"] == "auto"
+    placed = {r["node"]: r for r in c["placement"]}
+    rows = {r["node"]: r for r in s["nodes"] if r["node"] in placed}
+    assert set(rows) == set(placed)
+    for name, p in placed.items():
+        assert rows[name]["where"] == p["where"]
+        if p["latency_s"] is not None:
+            assert rows[name]["latency_s"] == pytest.approx(p["latency_s"], rel=1e-9)
+    unmodelled = sum(rows[n]["latency_s"] for n in c["unmodelled"])
+    assert s["total_latency_s"] == pytest.approx(c["predicted_latency_s"] + unmodelled, rel=1e-9)
+    assert s["compile_predicted_latency_s"] == pytest.approx(c["predicted_latency_s"], rel=1e-12)
+    # the fused graph, not the unfused one: fewer nodes than the tiling study of the same model
+    u = run_json(capsys, ["simulate", "sample", "--board", board, "--unfused", "--json"])
+    assert len([r for r in s["nodes"] if r["model"] != "view"]) < \
+        len([r for r in u["nodes"] if r["model"] != "view"])
+
