@@ -43,7 +43,7 @@ import edgeops.ort as eort
 from edgeops.ort import native
 from edgeops.ops.base import EDGEOPS_DOMAIN, OpDef, define_op
 from edgeops.registry import REFERENCE, register_kernel
-from edgeops.targets.neon._threads import alone_or_pool
+from edgeops.threads import alone_or_pool
 
 N = 1 << 20
 TARGETS = {"identity": 2.5, "eltwise": 4.0}

@@ -51,6 +51,10 @@ class Kernel:
     # returned) (edgeops.ort.regions fuses consecutive stages of a region this way);
     # inputs[0] is None, X comes at the call
     stage: Callable | None = field(default=None, compare=False, repr=False)
+    # compiles, once per process, the native code the chains of its stages run from native
+    # plans (edgeops.ort.native calls it while a session is made, not inside a run); None: its
+    # chains have no native plan
+    plans: Callable | None = field(default=None, compare=False, repr=False)
 
     def applies(self, node: NodeLike) -> tuple[bool, str]:
         dt = _node_dtype(node)
@@ -83,9 +87,10 @@ def op_key(op_type: str, domain: str = "") -> str:
 
 def register_kernel(op: str, target: str, *, dtypes: Sequence[str] = ("fp32",),
                     predicate: Predicate | None = None, priority: int = 0,
-                    name: str | None = None, doc: str = "", stage: Callable | None = None):
+                    name: str | None = None, doc: str = "", stage: Callable | None = None,
+                    plans: Callable | None = None):
     """Decorator: ``@register_kernel("Conv", "neon", dtypes=("fp32",), priority=10)``.
-    ``stage``: see :attr:`Kernel.stage`.
+    ``stage``, ``plans``: see :attr:`Kernel.stage`, :attr:`Kernel.plans`.
 
     A second kernel with the same name, or a second one for the same (op, target) at the same
     priority, is a programming error and raises at import time.
@@ -96,7 +101,7 @@ def register_kernel(op: str, target: str, *, dtypes: Sequence[str] = ("fp32",),
     def deco(fn):
         kname = name or f"{target}.{fn.__name__}"
         k = Kernel(op, target, kname, fn, tuple(dtypes), predicate, priority,
-                   doc or (fn.__doc__ or "").strip().split("\n")[0], stage)
+                   doc or (fn.__doc__ or "").strip().split("\n")[0], stage, plans)
         if kname in _BY_NAME:
             raise RuntimeError(f"kernel {kname!r} registered twice ({_BY_NAME[kname].fn.__module__} "
                                f"and {fn.__module__})")

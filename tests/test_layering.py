@@ -3,7 +3,7 @@
 Every module of the ``edgeops`` namespace is found through pyproject's package-dir mapping (so
 ``tiling/`` is ``edgeops.tiling``), and every import in it, function-level ones included, is read
 with ``ast``. A module may import its own layer and the layers below it; ``quantize`` only the
-core; nothing forms a circle. Imports of a module's own parent packages are not edges: Python runs
+core; nothing forms a circle; edgeops/ort imports no target. Imports of a module's own parent packages are not edges: Python runs
 them first anyway, and ``from . import x`` is how a package's modules see each other.
 """
 from __future__ import annotations
@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # Lowest first. A module belongs to the longest prefix listed; the layer of docs/architecture.md.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("core", ("edgeops", "edgeops._version", "edgeops.errors", "edgeops.env", "edgeops.dtypes",
-              "edgeops.cache", "edgeops.ops", "edgeops.graph",
+              "edgeops.cache", "edgeops.threads", "edgeops.ops", "edgeops.graph",
               "edgeops.registry", "edgeops.reference_kernels")),
     ("boards", ("edgeops.boards",)),
     ("simulator", ("edgeops.simulator",)),
@@ -42,16 +42,6 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
 RANK = {name: i for i, (name, _) in enumerate(LAYERS)}
 # quantize needs only core (compile chaining and latency costing are the pipeline's)
 ONLY_CORE = {"quantize"}
-
-# The runtime knows no target (issue 23 moves these off the targets); new ones fail now.
-PENDING_ORT_TARGETS = {
-    ("edgeops.ort.dispatch", "edgeops.targets.neon._threads"),
-    ("edgeops.ort.native", "edgeops.targets.neon"),
-    ("edgeops.ort.native", "edgeops.targets.neon._threads"),
-    ("edgeops.ort.native", "edgeops.targets.neon.norms"),
-    ("edgeops.ort.regions", "edgeops.targets.neon._threads"),
-}
-
 
 def package_dirs() -> dict[str, Path]:
     if sys.version_info >= (3, 11):
@@ -222,19 +212,13 @@ def test_only_the_target_loader_imports_targets_by_name(graph):
     assert not bad, "\n".join(bad)
 
 
-def test_ort_imports_no_new_target(graph):
-    _, edges = graph
-    found = {(m, t) for m, es in edges.items() if m.startswith("edgeops.ort")
-             for t, _ in es if t.startswith("edgeops.targets")}
-    assert found <= PENDING_ORT_TARGETS, f"edgeops/ort imports a target: {sorted(found - PENDING_ORT_TARGETS)}"
-
-
-@pytest.mark.xfail(strict=True, reason="pending: issue 23 takes edgeops/ort off the targets "
-                                       "(a kernel protocol); then empty PENDING_ORT_TARGETS")
 def test_ort_imports_no_target(graph):
+    """The runtime knows no target: edgeops/ort reaches kernels through the registry (and the
+    target loader), never by importing a target."""
     _, edges = graph
-    assert not [(m, t) for m, es in edges.items() if m.startswith("edgeops.ort")
-                for t, _ in es if t.startswith("edgeops.targets")]
+    found = sorted((m, t) for m, es in edges.items() if m.startswith("edgeops.ort")
+                   for t, _ in es if t.startswith("edgeops.targets"))
+    assert not found, f"edgeops/ort imports a target: {found}"
 
 
 def test_a_planted_upward_import_and_circle_are_found(tmp_path):

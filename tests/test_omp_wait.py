@@ -49,7 +49,7 @@ def test_policy_is_set_before_openmp_starts_and_refused_after():
     r = _fresh(f"""
 import os, json
 import edgeops.ort as eort
-from edgeops.targets.neon import _threads
+from edgeops import threads as _threads
 out = {{}}
 eort.configure_openmp()                      # what register does: passive
 out["first"] = eort.wait_policy()

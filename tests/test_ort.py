@@ -234,7 +234,7 @@ def test_kernels_use_at_most_the_sessions_threads(rng):
 
     def counting(inputs, attrs):
         from edgeops.ops import get_op
-        from edgeops.targets.neon._threads import num_threads
+        from edgeops.threads import num_threads
         seen.append(num_threads())
         return get_op("SwiGLU", "ai.edgeops").run(inputs, attrs)
     register_kernel("ai.edgeops::SwiGLU", "reference", priority=-20, name="test.swiglu_threads")(counting)

@@ -198,7 +198,7 @@ def use_wait_policy(policy: str | None, why: str) -> str:
         _ours.clear()
         configure_openmp(name)
         import sys
-        threads = sys.modules.get("edgeops.targets.neon._threads")
+        threads = sys.modules.get("edgeops.threads")
         if threads is not None:      # its reading of the policy, taken before this change
             threads.forget_policy()
         return name

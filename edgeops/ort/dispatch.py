@@ -96,7 +96,7 @@ class _Dispatch:
 
     def call(self, inputs):
         if self.threads is not None:
-            from edgeops.targets.neon._threads import capped
+            from edgeops.threads import capped
             return capped(self.threads, self._call, inputs)
         return self._call(inputs)
 

@@ -263,10 +263,8 @@ def _watch(handle, spec) -> None:
     per process), rather than inside a run."""
     from edgeops.ort import regions
     try:
-        if not regions.resolve(spec).one_chain():
+        if not regions.resolve(spec).warm_native():
             return
-        from edgeops.targets.neon import norms
-        norms.plan_cfunc()
     except Exception as e:  # noqa: BLE001  (the region still runs through Python)
         plan_failures.append(f"{type(e).__name__}: {e}")
         return
@@ -275,7 +273,7 @@ def _watch(handle, spec) -> None:
 
 
 def _revisit_wait() -> int:
-    from edgeops.targets.neon._threads import ThreadChoice
+    from edgeops.threads import ThreadChoice
     return ThreadChoice.REVISIT + ThreadChoice().trials + 2
 
 

@@ -43,7 +43,7 @@ from edgeops.ort.calls import op_function
 from edgeops.ort.dispatch import forget as drop
 from edgeops.ort.dispatch import resolve as resolve_node
 from edgeops.ort.errors import OrtIntegrationError, record_error
-from edgeops.targets.neon._threads import capped
+from edgeops.threads import capped
 
 IN_SIZES = (1, 2, 3, 4, 6, 8, 12, 16)
 OUT_SIZES = (1, 2, 3, 4)
@@ -279,10 +279,20 @@ class _Region:
                 and self.chains[0][0] == len(self.steps) and self.steps[0][3][0] == 0
                 and self.outputs[0] == self.steps[-1][4][0])
 
+    def warm_native(self) -> bool:
+        """Compile the native code this region's chain would run from a plan (the chain's
+        kernels' :attr:`~edgeops.registry.Kernel.plans`); False when it has none."""
+        if not self.one_chain():
+            return False
+        warm = {e.kernel.plans for e in self.chains[0][1] if e.kernel.plans is not None}
+        for fn in warm:
+            fn()
+        return bool(warm)
+
     def native_plan(self, shape):
-        """This region as native code for input X of ``shape``: its chain's
-        :class:`~edgeops.targets.neon.norms.NativePlan`, run by edgeops.ort.native without
-        Python. False when it cannot be: not one chain from its only input to its only output,
+        """This region as native code for input X of ``shape``: its chain's plan (the chain's
+        ``native_plan``, e.g. neon's ``NativePlan``), run by edgeops.ort.native without Python.
+        False when it cannot be: not one chain from its only input to its only output,
         or a chain that has no native plan; None while it cannot yet: the chain's held
         parameters not made for that shape yet (or not held), its thread choice still timing, or
         a profiler collecting per-node times."""
@@ -294,7 +304,7 @@ class _Region:
         plan_of = getattr(run, "native_plan", None)
         if plan_of is None:
             return False
-        from edgeops.targets.neon._threads import num_threads
+        from edgeops.threads import num_threads
         threads = num_threads() if self.threads is None else min(self.threads, num_threads())
         return plan_of(self.keep[0], threads)
 

@@ -17,7 +17,7 @@ _cache.ensure_fresh()  # before any kernel module loads a possibly stale cache e
 
 from edgeops.targets.neon import (  # noqa: F401,E402
     _microkernel, _pack, _vmath, blocking, epilogue, gemm, conv, depthwise, winograd, chooser,
-    eltwise, norms, pool, swiglu, qgemm, overrides, _threads,
+    eltwise, norms, pool, swiglu, qgemm, overrides,
 )
 from edgeops.targets.neon import register  # noqa: F401,E402  (registers the kernels)
 from edgeops.targets.neon.blocking import accepts_tiling  # noqa: F401,E402  (edgeops.lower's hook)

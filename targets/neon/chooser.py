@@ -21,7 +21,7 @@ from typing import Callable
 
 from edgeops.targets.neon import winograd
 from edgeops.targets.neon._microkernel import MR, NR
-from edgeops.targets.neon._threads import num_threads
+from edgeops.threads import num_threads
 from edgeops.targets.neon.conv import ConvGeom
 
 IM2COL, DEPTHWISE, WINOGRAD = "im2col", "depthwise", "winograd"

@@ -19,7 +19,7 @@ from edgeops.errors import EdgeOpsError
 from edgeops.targets.neon import epilogue as ep
 from edgeops.targets.neon.blocking import Blocking, from_tiling
 from edgeops.targets.neon.gemm import gemm_flat
-from edgeops.targets.neon._threads import SMALL_ELEMENTS, serial_if
+from edgeops.threads import SMALL_ELEMENTS, serial_if
 
 _COLS_BUDGET = 64 * 1024 * 1024  # bytes of im2col buffer per chunk of images
 

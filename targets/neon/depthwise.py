@@ -25,7 +25,7 @@ from numba.extending import intrinsic
 from edgeops.errors import EdgeOpsError
 from edgeops.targets.neon import epilogue as ep
 from edgeops.targets.neon._microkernel import VL, _data_ptr, _splat, _vload
-from edgeops.targets.neon._threads import SMALL_ELEMENTS, serial_if
+from edgeops.threads import SMALL_ELEMENTS, serial_if
 from edgeops.targets.neon.conv import ConvGeom, check_conv_inputs
 
 # fastmath: "contract" only (mul+add -> FMA: one rounding, no reassociation, NaN/inf kept)

@@ -12,7 +12,7 @@ from numba import njit, prange
 
 from edgeops.errors import EdgeOpsError
 from edgeops.targets.neon import epilogue as ep
-from edgeops.targets.neon._threads import alone_or_pool
+from edgeops.threads import alone_or_pool
 
 ADD, SUB, MUL, DIV = range(4)
 BINARY = {"Add": ADD, "Sub": SUB, "Mul": MUL, "Div": DIV}

@@ -24,7 +24,7 @@ from edgeops.errors import EdgeOpsError
 from edgeops.targets.neon import epilogue as ep
 from edgeops.targets.neon._microkernel import MR, NR, mk_f32, mk_f32_epi
 from edgeops.targets.neon._pack import pack_a, pack_b
-from edgeops.targets.neon._threads import SMALL_FLOPS, num_threads, serial_if
+from edgeops.threads import SMALL_FLOPS, num_threads, serial_if
 from edgeops.targets.neon.blocking import Blocking, from_tiling
 
 _EMPTY_F32 = np.zeros(1, np.float32)

@@ -24,7 +24,7 @@ from numba import carray, njit, prange
 
 from edgeops.errors import EdgeOpsError
 from edgeops.targets.neon import epilogue as ep
-from edgeops.targets.neon._threads import (SMALL_ELEMENTS, ThreadChoice, alone_or_pool, decide,
+from edgeops.threads import (SMALL_ELEMENTS, ThreadChoice, alone_or_pool, decide,
                                            launch, run)
 
 _REDUCE = {"reassoc", "contract", "nsz"}  # no nnan/ninf: NaNs in the input must propagate

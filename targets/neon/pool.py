@@ -16,7 +16,7 @@ from numba import njit, prange
 
 from edgeops.errors import EdgeOpsError
 from edgeops.targets.neon import epilogue as ep
-from edgeops.targets.neon._threads import alone_or_pool
+from edgeops.threads import alone_or_pool
 
 # fastmath: "contract" only (mul+add -> FMA: one rounding, no reassociation, NaN/inf kept)
 _FM = {"contract"}

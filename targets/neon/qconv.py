@@ -32,7 +32,7 @@ from numba import njit
 from edgeops.errors import EdgeOpsError
 from edgeops.ops import qarith
 from edgeops.targets.neon._microkernel import QMR, QNR
-from edgeops.targets.neon._threads import SMALL_FLOPS
+from edgeops.threads import SMALL_FLOPS
 from edgeops.targets.neon.blocking import from_tiling
 from edgeops.targets.neon.gemm import split_work
 from edgeops.targets.neon.qfused import (FIN_FLOAT, FIN_REQUANT, QCONV, QMM, pack_pairs,

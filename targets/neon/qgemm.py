@@ -23,7 +23,7 @@ from numba import njit, prange
 from edgeops.errors import EdgeOpsError
 from edgeops.targets.neon._microkernel import QMR, QNR, mk_i16
 from edgeops.targets.neon._pack import pack_a_pairs, pack_b_pairs
-from edgeops.targets.neon._threads import SMALL_ELEMENTS, SMALL_FLOPS, serial_if
+from edgeops.threads import SMALL_ELEMENTS, SMALL_FLOPS, serial_if
 from edgeops.targets.neon.blocking import Blocking, blocking_for, from_tiling
 from edgeops.targets.neon.gemm import split_work
 

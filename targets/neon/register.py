@@ -147,7 +147,7 @@ def _gn_stage(inputs, attrs, shape):
 
 
 @register_kernel("LayerNormalization", T, dtypes=FP32, name="neon.layernorm", priority=10,
-                 stage=_ln_stage)
+                 stage=_ln_stage, plans=norms.plan_cfunc)
 def _layernorm(inputs, attrs, tiling=None):
     """LayerNorm, one read for statistics and one fused normalise pass."""
     b = inputs[2] if len(inputs) > 2 else None
@@ -155,7 +155,7 @@ def _layernorm(inputs, attrs, tiling=None):
 
 
 @register_kernel("ai.edgeops::LayerNormGelu", T, dtypes=FP32, name="neon.layernorm_gelu",
-                 priority=10, stage=_ln_stage)
+                 priority=10, stage=_ln_stage, plans=norms.plan_cfunc)
 def _layernorm_gelu(inputs, attrs, tiling=None):
     """LayerNorm + GELU (erf or tanh) in one pass."""
     b = inputs[2] if len(inputs) > 2 else None
@@ -163,7 +163,7 @@ def _layernorm_gelu(inputs, attrs, tiling=None):
 
 
 @register_kernel("GroupNormalization", T, dtypes=FP32, name="neon.groupnorm", priority=10,
-                 stage=_gn_stage)
+                 stage=_gn_stage, plans=norms.plan_cfunc)
 def _groupnorm(inputs, attrs, tiling=None):
     """GroupNorm, per (image, group) statistics then one fused pass."""
     return [norms.groupnorm(inputs[0], inputs[1], inputs[2], attrs["num_groups"],
@@ -171,7 +171,7 @@ def _groupnorm(inputs, attrs, tiling=None):
 
 
 @register_kernel("ai.edgeops::GroupNormAct", T, dtypes=FP32, name="neon.groupnorm_act",
-                 priority=10, stage=_gn_stage)
+                 priority=10, stage=_gn_stage, plans=norms.plan_cfunc)
 def _groupnorm_act(inputs, attrs, tiling=None):
     """GroupNorm + SiLU in one pass."""
     return [norms.groupnorm(inputs[0], inputs[1], inputs[2], attrs["num_groups"],

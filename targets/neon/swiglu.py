@@ -24,7 +24,7 @@ from edgeops.errors import EdgeOpsError
 from edgeops.targets.neon import _vmath as vm
 from edgeops.targets.neon._microkernel import NR, SMR, mk_f32_glu
 from edgeops.targets.neon._pack import pack_a
-from edgeops.targets.neon._threads import SMALL_FLOPS, serial_if
+from edgeops.threads import SMALL_FLOPS, serial_if
 from edgeops.targets.neon.blocking import Blocking, from_tiling
 
 NR2 = 2 * NR

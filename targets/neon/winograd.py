@@ -17,7 +17,7 @@ from edgeops.targets.neon import epilogue as ep
 from edgeops.targets.neon.blocking import Blocking, from_tiling
 from edgeops.targets.neon.conv import ConvGeom, check_conv_inputs
 from edgeops.targets.neon.gemm import gemm_flat
-from edgeops.targets.neon._threads import SMALL_ELEMENTS, serial_if
+from edgeops.threads import SMALL_ELEMENTS, serial_if
 
 _G = np.array([[1.0, 0.0, 0.0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0.0, 0.0, 1.0]])
 _BUDGET = 64 * 1024 * 1024  # bytes of V + M per chunk of images

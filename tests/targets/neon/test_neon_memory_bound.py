@@ -17,7 +17,8 @@ from edgeops.ops.layernorm_gelu import LayerNormGelu
 from edgeops.ops.layernorm import LayerNormalization
 from edgeops.ops.maxpool import MaxPool
 from edgeops.ops.softmax import Softmax
-from edgeops.targets.neon import _threads, _vmath as vm, eltwise, norms, pool
+from edgeops import threads as _threads
+from edgeops.targets.neon import _vmath as vm, eltwise, norms, pool
 
 TOL = dict(rtol=2e-5, atol=2e-5)
 
@@ -285,7 +286,7 @@ def test_thread_choice_times_both_ways_in_blocks_then_keeps_the_faster():
     """ThreadChoice runs blocks of ``block`` calls alone, then on the pool, in turn, until each
     way has ``trials`` timings (a block's first call, which pays the switch, not counted), then
     keeps the way with the lower median, per pool size."""
-    from edgeops.targets.neon._threads import ThreadChoice
+    from edgeops.threads import ThreadChoice
     for pool_s, serial_s, want in ((1.0, 2.0, True), (3.0, 2.0, False)):
         tc = ThreadChoice(trials=4, block=3)
         assert tc.calls_to_decide() == 12
@@ -307,7 +308,7 @@ def test_thread_choice_revisits_its_choice():
     """After a choice, every ``revisit`` calls ``trials + 1`` run the other way (the first not
     counted) and the choice is made again against the chosen way's latest timings: a start
     timed while something else held the cores does not fix the slower way for good."""
-    from edgeops.targets.neon._threads import ThreadChoice
+    from edgeops.threads import ThreadChoice
     tc = ThreadChoice(trials=2, block=2, revisit=10)
     cost = {True: 5.0, False: 2.0}           # the pool is slow while the choice is first timed
 
@@ -338,7 +339,7 @@ def test_alone_or_pool_times_both_ways_then_keeps_one_way_per_call(rng):
     """A call above SMALL_ELEMENTS runs alone, then on the pool, in blocks, until its choice is
     made, then the chosen way; another shape is timed on its own; a small call always
     runs alone. Results are the same every way (an elementwise chain, checked against numpy)."""
-    from edgeops.targets.neon import _threads as T
+    from edgeops import threads as T
     if numba.get_num_threads() < 2:
         pytest.skip("choosing the pool needs a pool of 2+ threads; this process has 1")
     pool = numba.get_num_threads()
