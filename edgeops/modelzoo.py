@@ -54,8 +54,10 @@ class _Net:
 
     @contextmanager
     def sub(self, path: str):
-        """Enter module ``path`` ("layer1.0", "conv1"): names parameters and TorchScript nodes."""
-        parts = path.split(".")
+        """Enter module ``path``, which names parameters and TorchScript scopes: "/" separates
+        modules that each run (a Sequential and its child: "layer1/0"), "." stays within one
+        (a ModuleList's child, which TorchScript shows as one scope: "layer.0")."""
+        parts = path.split("/")
         self.scope += parts
         try:
             yield
@@ -69,8 +71,9 @@ class _Net:
 
     def op(self, op_type: str, inputs, n_out: int = 1, **attrs):
         if self.ts:
-            # torch's scope path: a Sequential's numbered child shows as "layer1.0"
-            path = [f"{p}.{c}" if c.isdigit() else c for p, c in zip([""] + self.scope, self.scope)]
+            path = []        # torch's scopes: a numbered child shows as its parent's name + ".0"
+            for part in self.scope:
+                path.append(f"{path[-1]}.{part}" if part.isdigit() and path else part)
             name = self._uniq("/" + "".join(p + "/" for p in path) + op_type)
             outs = [f"{name}_output_{i}" for i in range(n_out)]
         else:
@@ -243,12 +246,12 @@ def _resnet18(n: _Net, b: int, s: int):
     for i, cout in enumerate((64, 128, 256, 512)):
         for j in range(2):
             stride = 2 if i and not j else 1
-            with n.sub(f"layer{i + 1}.{j}"):
+            with n.sub(f"layer{i + 1}/{j}"):
                 h = n.cba(x, cin, cout, 3, stride, names=("conv1", "bn1", "relu"))
                 h = n.cba(h, cout, cout, 3, act=None, names=("conv2", "bn2"))
                 if stride > 1 or cin != cout:
                     x = n.cba(x, cin, cout, 1, stride, act=None,
-                              names=("downsample.0", "downsample.1"))
+                              names=("downsample/0", "downsample/1"))
                 x = n.act(n.op("Add", [h, x]), "relu", "relu")
             cin = cout
     logits = n.linear(n.pool_flatten(x, b, 512), 512, 1000, "fc", rank=2)
@@ -257,23 +260,24 @@ def _resnet18(n: _Net, b: int, s: int):
 
 def _mobilenetv2(n: _Net, b: int, s: int):
     x = n.cba("input", 3, 32, 3, 2, act="relu6",
-              names=("features.0.0", "features.0.1", "features.0.2"))
+              names=("features/0/0", "features/0/1", "features/0/2"))
     cin, i = 32, 1
     for t, c, reps, stride in ((1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2),
                                (6, 96, 3, 1), (6, 160, 3, 2), (6, 320, 1, 1)):
         for r in range(reps):
             st, hid = stride if r == 0 else 1, cin * t
-            with n.sub(f"features.{i}.conv"):
+            with n.sub(f"features/{i}/conv"):
                 h, k = x, 0
                 if t != 1:                            # expand
-                    h, k = n.cba(h, cin, hid, 1, act="relu6", names=("0.0", "0.1", "0.2")), 1
+                    h, k = n.cba(h, cin, hid, 1, act="relu6", names=("0/0", "0/1", "0/2")), 1
                 h = n.cba(h, hid, hid, 3, st, groups=hid, act="relu6",
-                          names=(f"{k}.0", f"{k}.1", f"{k}.2"))
+                          names=(f"{k}/0", f"{k}/1", f"{k}/2"))
                 h = n.cba(h, hid, c, 1, act=None, names=(f"{k + 1}", f"{k + 2}"))
             x = n.op("Add", [x, h]) if st == 1 and cin == c else h
             cin, i = c, i + 1
-    x = n.cba(x, 320, 1280, 1, act="relu6", names=("features.18.0", "features.18.1", "features.18.2"))
-    logits = n.linear(n.pool_flatten(x, b, 1280), 1280, 1000, "classifier.1", rank=2)
+    x = n.cba(x, 320, 1280, 1, act="relu6", names=("features/18/0", "features/18/1",
+                                                        "features/18/2"))
+    logits = n.linear(n.pool_flatten(x, b, 1280), 1280, 1000, "classifier/1", rank=2)
     return {"input": (b, 3, s, s)}, {"output": logits}
 
 
@@ -281,7 +285,7 @@ def _yolo_neck(n: _Net, b: int, s: int):
     """YOLOv8s-width neck: SPPF on P5, then the PAN top-down and bottom-up paths of C2f blocks."""
     def cv(x, cin, cout, k=1, stride=1, leaf="cv1"):        # ultralytics' Conv: conv, bn, act
         return n.cba(x, cin, cout, k, stride, act="silu",
-                     names=tuple(f"{leaf}.{m}" if leaf else m for m in ("conv", "bn", "act")))
+                     names=tuple(f"{leaf}/{m}" if leaf else m for m in ("conv", "bn", "act")))
 
     def c2f(x, cin, cout, leaf):               # n=1 bottleneck, no shortcut (as in the neck)
         c = cout // 2
@@ -326,19 +330,19 @@ def _unet_block(n: _Net, b: int, s: int, groups: int = 32):
                                               gain=1.0)
             return n.op("Add", [sc, h])
 
-    skip = resblock("input", 64, 64, s, "down.resnets.0")
-    d = n.conv(skip, 64, 64, 3, 2, bias=True, leaf="down.downsamplers.0.conv", gain=1.0)
-    d = resblock(d, 64, 128, s // 2, "mid.resnets.0")
-    with n.sub("up.upsamplers.0"):
+    skip = resblock("input", 64, 64, s, "down_blocks.0/resnets.0")
+    d = n.conv(skip, 64, 64, 3, 2, bias=True, leaf="down_blocks.0/downsamplers.0/conv", gain=1.0)
+    d = resblock(d, 64, 128, s // 2, "mid_block/resnets.0")
+    with n.sub("up_blocks.0/upsamplers.0"):
         u = n.conv(n.upsample2x(d, (b, 128, s // 2, s // 2)), 128, 128, 3, bias=True, gain=1.0)
-    y = resblock(n.op("Concat", [u, skip], axis=1), 192, 64, s, "up.resnets.0")
+    y = resblock(n.op("Concat", [u, skip], axis=1), 192, 64, s, "up_blocks.0/resnets.0")
     return {"input": (b, 64, s, s)}, {"output": y}
 
 
 def _encoder_block(n: _Net, b: int, s: int, d: int = 768, heads: int = 12, ff: int = 3072):
     """A BERT-base layer (post-LayerNorm, GELU MLP); ViT's differs only in where the norms sit."""
     hd = d // heads
-    with n.sub("encoder.layer.0.attention"):
+    with n.sub("encoder/layer.0/attention"):
         with n.sub("self"):
             def split(leaf, perm=(0, 2, 1, 3)):     # view(b, s, heads, hd).permute(0, 2, 1, 3)
                 t = n.linear("input", d, d, leaf)
@@ -359,9 +363,9 @@ def _encoder_block(n: _Net, b: int, s: int, d: int = 768, heads: int = 12, ff: i
             ctx = n.op("Reshape", [ctx, n.const([b, s, d], np.int64)])
         with n.sub("output"):
             x = n.layer_norm(n.op("Add", [n.linear(ctx, d, d, "dense"), "input"]), d, "LayerNorm")
-    with n.sub("encoder.layer.0.intermediate"):
+    with n.sub("encoder/layer.0/intermediate"):
         h = n.gelu(n.linear(x, d, ff, "dense"))
-    with n.sub("encoder.layer.0.output"):
+    with n.sub("encoder/layer.0/output"):
         y = n.layer_norm(n.op("Add", [n.linear(h, ff, d, "dense"), x]), d, "LayerNorm")
     return {"input": (b, s, d)}, {"output": y}
 
