@@ -3,22 +3,23 @@ its wheels bring GBs of CUDA into CI), with seeded random weights.
 
 Names: see :func:`names`. Spellings:
 
-``torchscript``  ``torch.onnx.export`` (TorchScript), opset 17. Conv then BatchNormalization
-    unfolded (an export that keeps BN, e.g. ``do_constant_folding=False`` or a training-mode
-    module), GroupNorm as Reshape/InstanceNormalization/Reshape/Mul/Add (symbolic_opset9's
-    group_norm), LayerNormalization (symbolic_opset17 emits it; the ReduceMean/Sub/Pow/Sqrt/Div
-    chain is what opsets < 17 get), SiLU as Sigmoid+Mul, GELU as Div/Erf/Add/Mul/Mul, ReLU6 as
-    Clip, scalar and shape operands as Constant nodes, folded constants (transposed Linear
-    weights, unsqueezed GroupNorm affine, InstanceNormalization's ones and zeros) as ``onnx::*``
-    initializers, a repeat of an equal folded constant as an Identity over the first (what
-    torch >= 1.12 leaves; onnxruntime PR 12194), scope-path node names
-    (``/layer1/layer1.0/conv1/Conv``).
-``dynamo``  ``torch.onnx.export(dynamo=True)`` (torchlib), opset 21: GroupNormalization (21 is the
-    first opset whose scale and bias are per channel, as in torch; 18's per-group form is
-    deprecated), LayerNormalization, Gelu (torchlib's opset >= 20 form), SiLU as Sigmoid+Mul,
-    constants as initializers (no Constant nodes), Linear as Gemm(transB=1) on 2-D inputs and
-    MatMul+Add on 3-D, adaptive average pooling as ReduceMean, attention as torchlib's
-    scaled_dot_product_attention (q and k^T each scaled by sqrt(1/sqrt(d))), Resize by sizes.
+``torchscript``  ``torch.onnx.export`` (TorchScript), opset 17. Conv then BatchNormalization (a
+    default eval-mode export folds BN into the Conv; kept, as exports of training-mode modules or
+    with ``do_constant_folding=False`` write it, for the ConvBnAct fusion), GroupNorm as
+    Reshape/InstanceNormalization/Reshape/Mul/Add (symbolic_opset9's group_norm),
+    LayerNormalization (symbolic_opset17 emits it; the ReduceMean/Sub/Pow/Sqrt/Div chain is what
+    opsets < 17 get), SiLU as Sigmoid+Mul, GELU as Div/Erf/Add/Mul/Mul, ReLU6 as Clip, scalar and
+    shape operands as Constant nodes, folded constants (transposed Linear weights, unsqueezed
+    GroupNorm affine, InstanceNormalization's ones and zeros) as ``onnx::*`` initializers, a
+    repeat of an equal folded constant as an Identity over the first (what torch >= 1.12 leaves;
+    onnxruntime PR 12194), scope-path node names (``/layer1/layer1.0/conv1/Conv``).
+``dynamo``  ``torch.onnx.export(dynamo=True)`` (torchlib), opset 21: BatchNormalization
+    (training_mode=0), GroupNormalization (21 is the first opset whose scale and bias are per
+    channel, as in torch; 18's per-group form is deprecated), LayerNormalization, Gelu (torchlib's
+    form from opset 20), SiLU as Sigmoid+Mul, constants as initializers (no Constant nodes),
+    Linear as Gemm(transB=1) on 2-D inputs and MatMul+Add on 3-D, adaptive average pooling as
+    ReduceMean, attention as torchlib's scaled_dot_product_attention (q and k^T each scaled by
+    sqrt(1/sqrt(d))), Resize by sizes, every intermediate value's type in value_info.
 
 Weights are N(0, gain/fan_in); norm scales U(0.5, 1.5), shifts and BN means N(0, 0.1), BN
 variances U(0.5, 1.5).
@@ -111,8 +112,8 @@ class _Net:
         return self.folded_by_value[key]
 
     # -- parameters --------------------------------------------------------------------------
-    def randn(self, shape, gain: float = 1.0, fan_in: int | None = None):
-        fan_in = fan_in or int(np.prod(shape[1:]))
+    def randn(self, shape, gain: float = 1.0):
+        fan_in = int(np.prod(shape[1:]))
         return (self.rng.standard_normal(shape) * np.sqrt(gain / fan_in)).astype(np.float32)
 
     def affine(self, c: int):
