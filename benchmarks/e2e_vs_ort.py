@@ -16,7 +16,8 @@ nothing was lowered (the package is then ONNX Runtime's own graph).
 Test models: the bundled sample, light ONNX model-zoo models with random weights (as
 benchmarks/sim_vs_host.py), and two memory-bound chains built here:
 ``chain_gn_silu`` (1x64x56x56, GroupNormalization(32 groups) + SiLU as Sigmoid*x, x4) and
-``chain_ln_gelu`` (1x128x768, LayerNormalization + Gelu, x4).
+``chain_ln_gelu`` (1x128x768, LayerNormalization + Gelu, x4). ``zoo:NAME[@SPELLING][:SIZE]``:
+edgeops.modelzoo's exporter-spelled models (``zoo:resnet18``, ``zoo:unet_block@dynamo:32``).
 
     python benchmarks/e2e_vs_ort.py [--models ...] [--threads 1 N] [--runs 20]
         [--omp-wait passive|spin] [--json] [--quick]
@@ -113,6 +114,10 @@ def build(name: str) -> onnx.ModelProto:
         return chain_gn_silu()
     if name == "chain_ln_gelu":
         return chain_ln_gelu()
+    if name.startswith("zoo:"):
+        from edgeops import modelzoo
+        zoo_name, spelling, size = modelzoo.parse(name[len("zoo:"):])
+        return modelzoo.build(zoo_name, spelling, size=size)
     return _zoo_model(name)
 
 
