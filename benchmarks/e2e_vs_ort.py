@@ -20,7 +20,7 @@ benchmarks/sim_vs_host.py), and two memory-bound chains built here:
 edgeops.modelzoo's exporter-spelled models (``zoo:resnet18``, ``zoo:unet_block@dynamo:32``).
 
     python benchmarks/e2e_vs_ort.py [--models ...] [--threads 1 N] [--runs 20]
-        [--omp-wait passive|spin] [--json] [--quick]
+        [--lower auto|all] [--omp-wait passive|spin] [--json] [--quick]
 """
 from __future__ import annotations
 
@@ -162,7 +162,7 @@ def time_sessions(sessions, feeds, runs: int, warmup: int, blocks: int = 10,
 
 
 def run_model(name: str, threads_list, runs: int, warmup: int, workdir: str,
-              budget_s: float = 1.5) -> dict:
+              budget_s: float = 1.5, mode: str = "auto") -> dict:
     from edgeops import package
     from edgeops.pipeline.compile import compile_model
     model = build(name)
@@ -170,7 +170,7 @@ def run_model(name: str, threads_list, runs: int, warmup: int, workdir: str,
     for th in threads_list:     # a package per thread count: its lowering is decided at it
         pkg_dir = os.path.join(workdir, f"{name}.t{th}.pkg")
         t0 = time.perf_counter()
-        doc = compile_model(model, "host", pkg_dir, force=True, threads=th)
+        doc = compile_model(model, "host", pkg_dir, force=True, threads=th, mode=mode)
         compile_s = time.perf_counter() - t0
         placement = doc["placement"]
         lowered = [p for p in placement if p.get("target")]
@@ -217,6 +217,8 @@ def main(argv=None) -> int:
     ap.add_argument("--omp-wait", choices=("passive", "spin"), default=None,
                     help="OpenMP wait policy of this process, so of every package it compiles "
                          "(edgeops compile --omp-wait; default passive)")
+    ap.add_argument("--lower", choices=("auto", "all"), default="auto",
+                    help="the packages' lowering (edgeops compile --lower; default auto)")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--quick", action="store_true",
                     help="sample + a 2-layer small GN+SiLU chain, 1 thread, 3 runs (smoke test)")
@@ -231,7 +233,7 @@ def main(argv=None) -> int:
         full = chain_gn_silu
         chain_gn_silu = lambda: full(n=2, shape=(1, 32, 16, 16), groups=8)  # noqa: E731
     with tempfile.TemporaryDirectory(prefix="edgeops_e2e_") as work:
-        results = [run_model(m, threads, runs, warmup, work, 0.0 if a.quick else 1.5)
+        results = [run_model(m, threads, runs, warmup, work, 0.0 if a.quick else 1.5, a.lower)
                    for m in models]
     ratios = [t["ratio"] for r in results for t in r["by_threads"]]
     mb = [t for r in results if r["model"] in MEMORY_BOUND for t in r["by_threads"]]
@@ -245,22 +247,23 @@ def main(argv=None) -> int:
                "memory_bound_faster": (all(faster(t) for t in mb) if mb else None),
                "memory_bound_not_faster": slow}
     doc = {"board": "host", "onnxruntime": ort.__version__, "runs": runs, "threads": threads,
-           "omp_wait": policy,
+           "omp_wait": policy, "lower": a.lower,
            "models": results, "summary": summary}
     if a.json:
         json.dump(doc, sys.stdout, indent=2)
         print()
         return 0
-    print(f"edgeops package (host, --lower auto) vs ONNX Runtime {ort.__version__} "
+    print(f"edgeops package (host, --lower {a.lower}) vs ONNX Runtime {ort.__version__} "
           f"(ORT_ENABLE_ALL) on the original model; median of {runs} interleaved runs; "
           f"OpenMP wait policy {policy}")
-    hdr = f"{'model':<15}{'nodes':>6}{'thr':>5}{'lowered':>9}{'ORT ms':>10}{'edgeops ms':>12}" \
+    w = max(15, *(len(r["model"]) + 1 for r in results))
+    hdr = f"{'model':<{w}}{'nodes':>6}{'thr':>5}{'lowered':>9}{'ORT ms':>10}{'edgeops ms':>12}" \
           f"{'ORT/edgeops':>13}{'A/A':>8}{'rel err':>10}"
     print(hdr)
     print("-" * len(hdr))
     for r in results:
         for i, t in enumerate(r["by_threads"]):
-            left = f"{r['model']:<15}{r['nodes_original']:>6}" if i == 0 else " " * 21
+            left = f"{r['model']:<{w}}{r['nodes_original']:>6}" if i == 0 else " " * (w + 6)
             flag = "" if t["ratio"] >= TARGET_RATIO else \
                 "  (parity within noise)" if within_noise(t) else "  < target"
             print(f"{left}{t['threads']:>5}{t['lowered']:>9}{t['ort_s'] * 1e3:>10.3f}{t['edgeops_s'] * 1e3:>12.3f}"

@@ -14,8 +14,8 @@ import pytest
 from onnx.reference import ReferenceEvaluator
 
 from edgeops import modelzoo
-from edgeops.cli.compile import compile_model
-from edgeops.cli.run import run_package
+from edgeops.pipeline.compile import compile_model
+from edgeops.run import run_package
 from edgeops.errors import EdgeOpsError
 
 RTOL = 1e-4
