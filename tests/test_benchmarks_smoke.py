@@ -53,6 +53,18 @@ def test_region_breakdown_quick():
         assert d["before"] > 0 and d["after"] > 0
 
 
+def test_node_breakdown_quick():
+    """--nodes: the phases split the run (medians, so their sum is the total's only roughly)
+    and the package's output matched ONNX Runtime's on the original node."""
+    rows = _run("region_breakdown.py", "--nodes")
+    assert [r["family"] for r in rows] == ["identity", "add-16k"]
+    for r in rows:
+        phases = [r[p] for p in ("ort+bridge", "glue", "handoff", "prep", "kernel", "out")]
+        assert all(p >= 0 for p in phases[1:]) and r["kernel"] > 0 and r["ort_s"] > 0
+        assert sum(phases) == pytest.approx(r["total"], rel=0.25)
+        assert r["max_rel_err"] < 1e-6 and r["kernels"]
+
+
 @pytest.mark.parametrize("wait", [None, "spin"])
 def test_e2e_vs_ort_quick(wait):
     doc = _run("e2e_vs_ort.py", *(["--omp-wait", wait] if wait else []))
