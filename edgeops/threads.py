@@ -1,9 +1,8 @@
 """Run a small kernel call on the calling thread only.
 
-A Numba parallel region costs a fork/join of the thread team (~5-20 us on an idle machine) and,
-when the cores are oversubscribed, a preempted worker stalls the whole region for a scheduler
-tick (milliseconds: measured on the shared 2-core test host). Below a few tens of microseconds
-of work, one thread is faster and immune to that.
+A Numba parallel region costs a fork/join of the thread team, and on oversubscribed cores a
+preempted worker stalls the whole region; below a few tens of microseconds of work, one thread
+is faster and immune to that (figures: docs/notes/threads.md).
 """
 from __future__ import annotations
 
@@ -14,13 +13,10 @@ from contextlib import contextmanager
 import numba
 from numba.np.ufunc import parallel as _par
 
-SMALL_ELEMENTS = 1 << 15     # memory-bound kernels: ~30 us of single-thread work
+SMALL_ELEMENTS = 1 << 15     # memory-bound kernels: tens of microseconds of single-thread work
 # Above it, whether a memory-bound kernel's call pays for the pool is timed per call
-# (ThreadChoice, alone_or_pool): a passive pool (edgeops.ort.register's default) wakes its
-# workers with a futex at every parallel region, ~50 us here for an empty one against ~1.5 us
-# when they spin, and that cost differs by machine more than any fixed threshold can follow
-# (measured here, passive, 2 threads vs 1: ReLU 38 vs 4 us at 32K elements, 94 vs 92 us at 1M,
-# 432 vs 771 us at 4M; four LayerNorm+GELU on 128x768 0.32 vs 0.22 ms).
+# (ThreadChoice, alone_or_pool): a passive pool's wake-up at every parallel region differs by
+# machine more than any fixed threshold can follow (figures: docs/notes/threads.md).
 
 
 def forget_policy() -> None:
@@ -29,13 +25,13 @@ def forget_policy() -> None:
     _CHOICES.clear()
 
 
-SMALL_FLOPS = 4e6            # GEMM-like kernels: ~40 us at ~100 GFLOP/s
+SMALL_FLOPS = 4e6            # GEMM-like kernels: tens of microseconds of work
 
 
 def num_threads() -> int:
     """``numba.get_num_threads()`` without its per-call cost: the public function takes a
-    multiprocessing lock to check that the pool is up (~3 us a call, measured; kernel wrappers
-    ask 2-3 times per call, a sixth of a 70 us depthwise conv). Once the pool is up, read the
+    multiprocessing lock to check that the pool is up, a noticeable share of a small kernel call
+    that asks several times (figures: docs/notes/threads.md). Once the pool is up, read the
     thread-local count directly (a private Numba name: fall back to the public call if it goes)."""
     if getattr(_par, "_is_initialized", False):
         get = getattr(_par, "_get_num_threads", None)
@@ -61,9 +57,8 @@ def at_most(n: int):
 
 def capped(n: int, fn, *args):
     """``fn(*args)`` with Numba kernels on at most ``n`` threads, as :func:`at_most`, without a
-    context manager: a region or node entry pays it on every call (in a package session, the
-    entry's ``with at_most`` measured 12 + 5 us around a 0.3 ms chain, its caches cold after
-    the kernel streamed; ~5 us warm, against ~2 us for the two thread-count calls alone)."""
+    context manager: a region or node entry pays it on every call, and a ``with`` block costs
+    more than the two thread-count calls (figures: docs/notes/threads.md)."""
     before = num_threads()
     if before <= n:
         return fn(*args)
@@ -118,19 +113,13 @@ class ThreadChoice:
     cold cache on the very first call), is not counted.
     Every ``revisit`` calls after a choice, ``trials + 1`` calls run the other way and the choice
     is made again from their timings against the chosen way's latest: what else the process runs
-    changes which way is faster, and one unlucky start must not fix it for good (a package at 2
-    threads, spinning workers, timed its first calls while the second core was taken, its runs
-    alternating with a plain ONNX Runtime session's: four LayerNorm+GELU on 128x768 took
-    0.9-1.5 ms on the pool against 0.33-0.39 ms alone, so it stayed alone at 0.40-0.44 ms a run,
-    where the pool ran it in 0.25-0.31 ms once the cores were free). That costs ``(trials + 1) / revisit`` of the calls the other way.
+    changes which way is faster, and one unlucky start (timed while another session held a
+    core) must not fix it for good. That costs ``(trials + 1) / revisit`` of the calls the
+    other way.
     The margin stands for what the kernel's own clock does not see: the pool's wake-up and join
     land partly outside the call, and its output sits in two cores' caches for whatever reads it
-    next (in a session at 2 threads, the bridge's copies around a pooled LayerNorm+GELU chain
-    took 0.05 + 0.045 ms vs 0.03 + 0.023 ms around a serial one). Fixed thresholds cannot make
-    this call: the pool's wake-up differs by machine and wait policy (40-90 us, erratic, on this
-    virtual machine whose idle vCPUs halt, where a passive pool made four LayerNorm+GELU stages
-    on 128x768 slower at 2 threads than at 1 inside a session, 0.29-0.36 vs 0.28 ms, and four
-    GroupNorm+SiLU stages on 64x56x56 too, 0.77 vs 0.63 ms).
+    next. Fixed thresholds cannot make this call: the pool's wake-up differs by machine and wait
+    policy (figures for all of this: docs/notes/threads.md).
     One choice per thread count of the pool. Sessions on several threads may share the object:
     a lost or misplaced sample under a race only delays a choice."""
     __slots__ = ("trials", "block", "revisit", "_by_threads")
@@ -228,12 +217,11 @@ def run(key, parallel, serial, elements: int, *args) -> None:
 
 def launch(parallel, serial, pool: bool, elements: int, *args) -> None:
     """Run a kernel compiled twice: ``parallel`` (a prange loop) on the pool when ``pool``;
-    alone, ``serial`` for a small call (no parallel-region launch, ~1.5 us, nor thread-count
-    round trip, ~2 us) and ``parallel`` on a one-thread team otherwise. Numba compiles a prange
-    body with its arrays marked noalias once its alias analysis finds none, so LLVM vectorises
-    it without runtime overlap checks; the serial twin gets no such mark and measured slower on
-    the same thread: LayerNorm on 128x768 0.027 vs 0.044 ms, with GELU 0.066 vs 0.076, GroupNorm
-    +SiLU on 64x56x56 0.153 vs 0.167, four LayerNorm+GELU chained 0.275 vs 0.307 ms."""
+    alone, ``serial`` for a small call (no parallel-region launch nor thread-count round trip)
+    and ``parallel`` on a one-thread team otherwise. Numba compiles a prange body with its
+    arrays marked noalias once its alias analysis finds none, so LLVM vectorises it without
+    runtime overlap checks; the serial twin gets no such mark and runs slower on the same
+    thread (figures: docs/notes/threads.md)."""
     if pool:
         parallel(*args)
     elif elements < SMALL_ELEMENTS:

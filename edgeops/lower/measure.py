@@ -18,19 +18,17 @@ lowering policy, whose placement reason then says "measured on host: x ms vs ORT
 
 Thread count. Entries are also keyed by the threads both sides ran with (a package's
 ``runtime.threads``, default every core this process may use), ONNX Runtime's intra-op threads
-and the kernel's Numba threads alike: which side wins moves with it (LayerNorm+GELU on 128x768
-on a Zen 4 host: edgeops 2.1x faster at 1 thread, at parity at 2; a four-node chain of them on an
-AVX2 host: 1.28x faster at 1 thread, kept in ONNX Runtime at 2, where ONNX Runtime splits rows over both
-cores and a passive Numba pool pays its wake-up), so a 1-thread package is decided on 1-thread
-figures.
+and the kernel's Numba threads alike: which side wins moves with it (ONNX Runtime splits rows
+over the cores, a passive Numba pool pays its wake-up; figures: docs/notes/kernel-table.md), so
+a 1-thread package is decided on 1-thread figures.
 
 Regions. A run of consecutive nodes that lowering would make one region (edgeops.ort.regions:
 one bridge crossing, and one fused pass where kernels chain, such as norms feeding norms) is
 also measured as one (:meth:`KernelTable.region`, keyed by its members' keys): the sum of its
 nodes' figures misses both.
 
-Why measure: every call through the bridge costs tens of microseconds here, far above the
-simulator's launch figure, so only a measurement says whether a node is worth lowering. Only the
+Why measure: every call through the bridge costs far more than the simulator's launch figure,
+so only a measurement says whether a node is worth lowering. Only the
 ``host`` board can be measured; another board needs a table measured on it.
 """
 from __future__ import annotations
@@ -269,10 +267,9 @@ def measure_region(nodes, kernels, originals, threads: int | None = None) -> lis
     chain pass), against ONNX Runtime on their original nodes; None when they cannot be cut out
     or either side fails. Only the last node's output leaves the measured region (a region whose
     intermediate tensors are also read outside copies those out as well). Above one thread, in
-    ``REGION_ROUNDS`` fresh session pairs, their runs pooled (as :func:`measure_model`): four
-    LayerNorm+GELU on 128x768 at 2 threads, measured with one pair, came out ahead of ONNX
-    Runtime by the margin in about one compile in five here and then ran 0.88x its speed in a
-    package, the pair's ONNX Runtime session having drawn a slow start or a slow phase."""
+    ``REGION_ROUNDS`` fresh session pairs, their runs pooled (as :func:`measure_model`): one
+    pair's ONNX Runtime session can draw a slow start or a slow phase and promote a region that
+    then runs slower in a package (figures: docs/notes/kernel-table.md)."""
     try:
         m_ours, m_theirs, feeds = _cut(nodes, kernels, originals)
         from edgeops.ort import session
@@ -331,8 +328,7 @@ def measure_model(source, lowered, threads: int | None = None) -> list | None:
         runs: list[list[float]] = [[], []]
         for _ in range(MODEL_ROUNDS):
             # fresh sessions each round: on shared cores a multi-threaded session's speed is set
-            # when it is made (identical ONNX Runtime sessions at 2 threads here: 0.23-0.27 ms
-            # or 0.43 ms, the 1-thread figure), so one instance a side decides by luck
+            # when it is made, so one instance a side decides by luck (docs/notes/kernel-table.md)
             pair = [session(lowered, target="reference", threads=threads),
                     _ort_session(source, threads)]
             for acc, ts in zip(runs, _medians(pair, feeds, budget_s=0.5 / MODEL_ROUNDS, raw=True)):
@@ -399,7 +395,8 @@ def _ort_session(m, threads: int | None = None):
     return ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
 
 
-SETTLE_TIMEOUT_S = 0.1    # ONNX Runtime's intra-op workers spin 35-45 ms after a run here
+# above how long ONNX Runtime's intra-op workers spin after a run (docs/notes/kernel-table.md)
+SETTLE_TIMEOUT_S = 0.1
 
 
 def _runnable_threads() -> int | None:
@@ -424,7 +421,7 @@ def _runnable_threads() -> int | None:
 
 def settle(timeout_s: float = SETTLE_TIMEOUT_S, poll_s: float = 0.0005) -> bool:
     """Wait until no other thread of this process is running: ONNX Runtime's intra-op workers
-    spin-wait 35-45 ms after each run (measured here at 2 threads) and OpenMP's workers may too,
+    spin-wait tens of milliseconds after each run and OpenMP's workers may too,
     and a block timed while they still hold a core measures the contention, not the session: a
     two-thread edgeops kernel timed right after ONNX Runtime's block shares its cores with ONNX
     Runtime's spinner. True once they are parked, False after ``timeout_s`` (or where threads
@@ -442,11 +439,9 @@ def settle(timeout_s: float = SETTLE_TIMEOUT_S, poll_s: float = 0.0005) -> bool:
         time.sleep(poll_s)
 
 
-# each block's untimed warm-up, at least: after settle() the other threads have slept ~40 ms,
-# and a pool's first regions then run slow (four LayerNorm+GELU in a package at 2 threads,
-# spinning workers, here: 0.7-1.0 ms the first run after the pause, 0.4-0.5 the second, 0.3
-# from the third), which one warm run left in the 3-11 timed runs of a block; a session run
-# back to back is past it
+# each block's untimed warm-up, at least: after settle() the other threads have slept, and a
+# pool's first two or so regions then run slow, which one warm run left in a block's timed runs;
+# a session run back to back is past it (figures: docs/notes/kernel-table.md)
 WARM_S = 0.005
 
 

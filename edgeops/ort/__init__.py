@@ -46,31 +46,27 @@ model and :func:`session` prepares it. ``prepare(..., hold_constants=False)`` ke
 
 Dtypes. The bridge aborts on fp16 tensors, so ai.edgeops nodes are declared fp32 (ONNX Runtime
 refuses an fp16 input when the session is made); a kernel that computes in fp16 gets its inputs
-converted inside the call. The stock bridge returns outputs through ``.tolist()`` (~75 ms per 1M
-floats here); :func:`install_fast_hook` hands numpy arrays back (benchmarks/ort_boundary.py).
+converted inside the call. The stock bridge returns outputs through ``.tolist()``, slow for large
+tensors; :func:`install_fast_hook` hands numpy arrays back (figures: docs/notes/ort-bridge.md).
 
 Threads. A custom op runs on the thread that called ``run``, holding the GIL; its kernel may use
 Numba's pool (GNU OpenMP by default). ONNX Runtime's intra-op threads spin-wait between ops and
 OpenMP workers spin after each parallel region, so on few cores each side waits for the other's
-spinners to be descheduled. Measured on the 2 shared cores here (ORT Sigmoid and a Numba-parallel
-ai.edgeops op alternating, 6 nodes on 1M floats, 2 + 2 threads): 46 ms per run with both defaults, 28 ms
-with ORT's spinning off, 3.4 ms with OMP_WAIT_POLICY=PASSIVE too (2.7 ms all single-threaded).
-A purely passive pool pays a futex wake-up of its workers at every parallel region (~70 us
-here), and GNU OpenMP's ``GOMP_SPINCOUNT`` bounds spinning instead (four GroupNorm+SiLU kernels
-on 64x56x56 in one region at 2 threads: 0.61-0.92 ms passive, 0.33 ms with 30000 spins), but the
-same setting collapses as soon as another thread pool in the process spins too: with a plain
-ONNX Runtime session (spinning on, its default) run alongside, one GroupNorm+SiLU kernel took
-1.7-2.0 ms with 30000 spins against 0.21 ms passive. A package shares its process with whatever
-sessions the user runs, so the default stays passive; ``GOMP_SPINCOUNT`` is the lever for a
-process that runs only edgeops sessions. So :func:`register` turns ORT's spinning off
-(``session.intra_op.allow_spinning`` and ``session.inter_op.allow_spinning`` = "0"), sets
-``OMP_WAIT_POLICY=PASSIVE`` unless the environment sets it or ``GOMP_SPINCOUNT`` (they only take
-effect before OpenMP starts: a warning says when that was too late), runs nodes sequentially
-(parallel execution only queues on the GIL) and keeps intra_op_num_threads at the core count.
+spinners to be descheduled, many-fold slower than with neither spinning. A purely passive pool
+pays a futex wake-up of its workers at every parallel region, and GNU OpenMP's
+``GOMP_SPINCOUNT`` bounds spinning instead, but that collapses as soon as another thread pool in
+the process spins too (a plain ONNX Runtime session run alongside). A package shares its process
+with whatever sessions the user runs, so the default stays passive; ``GOMP_SPINCOUNT`` is the
+lever for a process that runs only edgeops sessions (figures: docs/notes/threads.md).
+So :func:`register` turns ORT's spinning off (``session.intra_op.allow_spinning`` and
+``session.inter_op.allow_spinning`` = "0"), sets ``OMP_WAIT_POLICY=PASSIVE`` unless the
+environment sets it or ``GOMP_SPINCOUNT`` (they only take effect before OpenMP starts: a
+warning says when that was too late), runs nodes sequentially (parallel execution only queues
+on the GIL) and keeps intra_op_num_threads at the core count.
 Settings the caller made are kept.
 
 Wait policies (:data:`WAIT_POLICIES`). ``passive`` is that default. ``spin`` bounds the workers'
-spinning to about half a millisecond here, so that back-to-back kernels find them awake; a
+spinning (:data:`SPIN_COUNT` spins), so that back-to-back kernels find them awake; a
 package is compiled with one (``edgeops compile --omp-wait``: its lowering is measured in a
 process running it, the kernel table is keyed by it) and names it in its manifest, and
 ``Package.session`` applies it when nothing has started OpenMP yet, else warns that the package
@@ -108,14 +104,12 @@ def _entry(so, key: str) -> str | None:
 
 
 # How Numba's OpenMP workers wait between parallel regions (see "Threads"). ``passive``: they
-# sleep at once, every region pays their wake-up (40-90 us here, erratic on a VM) and nothing
-# spins against ONNX Runtime's threads: safe whatever else the process runs. ``spin``: they spin
-# a bounded while first (30000 of GNU OpenMP's spins: ~0.5 ms here; ONNX Runtime's own workers
-# spin ~40 ms after a run), so back-to-back regions and runs find them awake: four LayerNorm+GELU
-# at 2 threads through a package, 0.33-0.37 ms passive vs 0.20-0.24 ms spinning, against ONNX
-# Runtime's 0.25 ms. It costs ONNX Runtime nodes that run right after an edgeops one in the
-# same process up to that while, so a package chooses it (``edgeops compile --omp-wait``,
-# manifest ``runtime.omp_wait_policy``) and its lowering is measured with it.
+# sleep at once, every region pays their wake-up and nothing spins against ONNX Runtime's
+# threads: safe whatever else the process runs. ``spin``: they spin a bounded while first, so
+# back-to-back regions and runs find them awake. It costs ONNX Runtime nodes that run right
+# after an edgeops one in the same process up to that while, so a package chooses it (``edgeops
+# compile --omp-wait``, manifest ``runtime.omp_wait_policy``) and its lowering is measured with
+# it (figures: docs/notes/threads.md).
 SPIN_COUNT = 30000
 WAIT_POLICIES = {"passive": {"OMP_WAIT_POLICY": "PASSIVE"},
                  "spin": {"GOMP_SPINCOUNT": str(SPIN_COUNT)}}
@@ -224,7 +218,7 @@ def _passive_openmp() -> None:
 
 # ONNX Runtime's u8s8 int8 kernels on x86 without VNNI (SSE4.1, AVX2, AVX-512F) add pairs of
 # u8 x s8 products in int16 (pmaddubsw) and saturate once a weight lies outside [-64, 63]: a
-# QLinearConv with full-range int8 weights was off by up to 30 levels here (an AVX2 host), exact
+# QLinearConv with full-range int8 weights is then off (figures: docs/notes/ort-bridge.md), exact
 # on VNNI and Arm (sdot/udot) hosts, the board's. With this entry its graph optimiser moves such
 # constant weights to the exact u8u8 path (onnxruntime PR #12088; a no-op elsewhere). edgeops'
 # int8 kernels are exact, so package sessions and the reference outputs a package is checked

@@ -11,9 +11,8 @@ that position; the dispatch puts the same array back on every call (no copy).
 Why a placeholder rather than fewer declared inputs: onnxruntime-extensions declares one input
 list per op name for the whole process, so a node with k runtime inputs would need an op name
 per (op, k) declared before the session options are registered, and renamed nodes. An empty
-fp32 placeholder costs ~0.4 us per input per call here (an op with 1 input vs 5, 4 of them
-the placeholder, on 16 floats: 8.9 vs 10.6 us per run), far below copying a 768x2048 fp32
-weight, and keeps every op's one declaration and its real name.
+fp32 placeholder costs far less per call than copying a weight (figures:
+docs/notes/ort-bridge.md), and keeps every op's one declaration and its real name.
 
 The digest, not the node, names the array: two models whose nodes are alike but whose weights
 differ get different digests (so different dispatch entries, each with its own kernel state),

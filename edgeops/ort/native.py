@@ -3,9 +3,8 @@ library (``native.c``) instead of onnxruntime-extensions' Python custom ops.
 
 Why. onnxruntime-extensions' bridge copies every input of a custom node into a new numpy array,
 turns the node's attributes into a Python dict on every call and copies every output back. For
-a memory-bound fused chain that is a quarter of the node: four LayerNorm+GELU on 128x768 as one
-region, at 2 threads here, spent 0.055 ms before the region's Python function and 0.039 ms after
-it, around a 0.29 ms kernel (``benchmarks/region_breakdown.py``). The library registers the same
+a memory-bound fused chain that is about a quarter of the node (figures:
+docs/notes/ort-bridge.md, ``benchmarks/region_breakdown.py``). The library registers the same
 op names, with the same fp32 inputs and outputs, in domain :data:`NATIVE_DOMAIN`; each call
 enters Python through a ctypes callback (which takes the GIL), the inputs handed over as
 read-only numpy views of ONNX Runtime's own tensors, the node's dispatch string read once per

@@ -2,9 +2,8 @@
 
 Every custom node costs a crossing of onnxruntime-extensions' bridge: its inputs copied into new
 numpy arrays, a Python call under the GIL, its outputs copied back into ONNX Runtime's buffers.
-For a memory-bound chain that crossing is much of the node (LayerNorm+GELU on 128x768: ~87 us
-of kernel, ~36 us of crossing on a Zen 4 host; ~140 and ~90 us through a whole session on an
-AVX2 one), so a chain of four pays it four times where one would do.
+For a memory-bound chain that crossing is much of the node (figures: docs/notes/ort-bridge.md),
+so a chain of four pays it four times where one would do.
 Like the subgraphs TensorRT's execution provider takes over from ONNX Runtime, :func:`collapse`
 (called by :func:`edgeops.ort.prepare`) replaces each run of consecutive ai.edgeops nodes (in the
 graph's topological order, so a run is convex: no path leaves it and comes back) by one
@@ -26,7 +25,7 @@ Chains. Inside a region, consecutive inner nodes whose kernels are stages of one
 (:attr:`edgeops.registry.Kernel.stage`: norms over the same rows or groups, each node reading
 the previous one's only output) run as that one pass, each row taken through every stage in
 turn: one fork/join of the kernel's thread team for the chain instead of one per node (a
-passive OpenMP pool wakes its workers with a futex at each, ~50 us here), and the intermediate
+passive OpenMP pool wakes its workers with a futex at each), and the intermediate
 row still in L1 when the next stage reads it. A chain that cannot be formed for the inputs at
 hand, or whose pass fails, runs node by node instead (each node's own kernel and fallback
 rules), and so does every region while a profiler collects per-node times.

@@ -10,10 +10,8 @@ register-blocked GEMMs, so edgeops lets LLVM use the full width: ``EDGEOPS_VECTO
 * ``auto`` (default): 512 where the host has AVX-512F, else whatever LLVM picks.
 * ``512``: the same, said explicitly; ``256``: LLVM's default tuning (ymm on AVX-512 hosts).
 
-Measured on the 2-vCPU Emerald Rapids test host, one thread, 256 -> 512 bits
-(``EDGEOPS_VECTOR_BITS=256|512 python benchmarks/neon_fused.py --threads 1``): GroupNorm+SiLU
-0.151 -> 0.119 ms, LayerNorm+GELU 0.081 -> 0.067 ms, depthwise 3x3/2 ConvBnAct 0.166 -> 0.095 ms;
-the GEMM-based kernels (explicit register tiles) within noise, as is ``benchmarks/neon_gemm.py``.
+512 bits speeds up the fused norm chains and depthwise conv; the GEMM-based kernels (explicit
+register tiles) do not change (figures: docs/notes/neon-kernels.md).
 
 This must run before Numba builds its CPU code generator (the first compilation or cache load in
 the process): it sets ``numba.core.config.CPU_FEATURES`` (the host's features with

@@ -1,8 +1,8 @@
 """Register-blocked micro-kernels, written as LLVM vector IR through ``numba.extending.intrinsic``.
 
 Why IR and not Numba loops: a Numba loop nest keeps the MR x NR accumulator tile in memory (LLVM
-cannot prove the tile does not alias the packed panels), which measured 7-17 GFLOP/s on this host
-against ~115 GFLOP/s for the IR below. The IR is target-neutral: ``<VL x float>`` with
+cannot prove the tile does not alias the packed panels), several times slower than the IR below
+(figures: docs/notes/neon-kernels.md). The IR is target-neutral: ``<VL x float>`` with
 ``llvm.fmuladd`` becomes ``vfmadd231ps zmm`` on AVX-512 and ``fmla v.4s`` on aarch64, so the same
 source serves the x86 test host and Cortex-A boards; only the shape constants differ per ISA.
 
@@ -51,9 +51,9 @@ def _host_vector_lanes() -> int:
 
 VL = _host_vector_lanes()
 # (MR, NV): MR rows x NV vectors of VL lanes. Chosen so MR*NV accumulators + NV B vectors + one
-# broadcast fit the 32 (AVX-512, aarch64) or 16 (AVX2) vector registers. Measured on AMD EPYC
-# (Zen 4), kc=256, in L1: 6x32 116, 8x32 115, 12x32 111 GFLOP/s; 8x32 keeps ragged waste low and
-# matches the 8x12 shape customary on Cortex-A76 (24 accumulators of 4 lanes).
+# broadcast fit the 32 (AVX-512, aarch64) or 16 (AVX2) vector registers. Taller tiles are no
+# faster in L1 (docs/notes/neon-kernels.md); 8x32 keeps ragged waste low and matches the 8x12
+# shape customary on Cortex-A76 (24 accumulators of 4 lanes).
 _SHAPES = {16: (8, 2), 8: (6, 2), 4: (8, 3)}
 MR, NV = _SHAPES[VL]
 NR = VL * NV
@@ -124,7 +124,7 @@ def _counted_loop(builder, trip, n_acc, vty, body):
 def _store_tile(builder, outs, pc, ldc, add, mr, nv, vl, vty, combine):
     """C[i*ldc + k*vl : +vl] = acc (add=False) or C + acc (add=True), one vector at a time.
     Storing straight from registers (rather than through a scratch tile that Numba code copies)
-    was worth ~25% of GEMM time at 1024^3 on Zen 4."""
+    saves a copy of every tile (figures: docs/notes/neon-kernels.md)."""
     i64 = ir.IntType(64)
     fn = builder.function
     b_add = fn.append_basic_block("mk_add")
@@ -149,7 +149,7 @@ def _store_tile_epi(builder, outs, pc, ldc, add, mr, nv, vl, vty, rbias, cbias, 
     """Like ``_store_tile`` for the last K block, with the ConvBnAct epilogue in registers:
     (acc [+ C]) + row bias[i] + column bias[j], clamped to [lo, hi] (Relu/Clip; +-inf for none;
     NaN passes). Saves the re-read of the stored tile that a separate epilogue pass costs
-    (~10% of a 1x1 conv's time on Zen 4)."""
+    (figures: docs/notes/neon-kernels.md)."""
     i64 = ir.IntType(64)
     lo_v, hi_v = _splat(builder, lo, vty), _splat(builder, hi, vty)
     cb = [_vload(builder, builder.gep(cbias, [ir.Constant(i64, k * vl)]), vty, 4)

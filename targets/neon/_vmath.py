@@ -1,9 +1,10 @@
 """Vectorisable float32 exp / sigmoid / silu / erf / gelu for the memory-bound kernels.
 
 Numba lowers ``math.exp`` to a libm call per element unless Intel SVML is present (it is not on
-ARM, nor here), and a call per element stops LLVM from vectorising the loop: GroupNorm+SiLU and
-LayerNorm+GELU would be bound by ~100M libm calls/s instead of memory. These versions are plain
-arithmetic plus one bit cast (an intrinsic), so loops over them vectorise on AVX and NEON alike.
+ARM), and a call per element stops LLVM from vectorising the loop: GroupNorm+SiLU and
+LayerNorm+GELU would be bound by libm calls instead of memory (docs/notes/neon-kernels.md).
+These versions are plain arithmetic plus one bit cast (an intrinsic), so loops over them
+vectorise on AVX and NEON alike.
 
 Accuracy (float32, checked in tests against float64): exp within 2 ulp on [-87, 88]; erf within
 3.6e-7 absolute (rational minimax, see ``erf32``); tanh via exp within ~1e-7 absolute.
@@ -89,13 +90,13 @@ def silu32(x):
 
 @njit(cache=True, inline="always", fastmath=_FM, error_model="numpy")
 def erf32(x):
-    # One divide and ten FMAs, no exp: measured 1.7x faster in the LayerNorm+GELU pass than
-    # Abramowitz & Stegun 7.1.26 (divide + exp), and more accurate (3.6e-7 vs 4.7e-7 absolute; the
-    # float32 evaluation, not the fit, sets the error). Positive coefficients: Horner is stable.
+    # One divide and ten FMAs, no exp: faster in the LayerNorm+GELU pass than Abramowitz &
+    # Stegun 7.1.26 (divide + exp), and more accurate (the float32 evaluation, not the fit, sets
+    # the error; figures: docs/notes/neon-kernels.md). Positive coefficients: Horner is stable.
     # The result is clamped to [-1, 1]: rounding lifts it to 1.0000002 near the clip, and GELU's
     # h + h*erf must be exactly 0 for large negative x (it was 7.6e22 at x=-1e30 unclamped).
     # Only u = x^2 is clipped, one op where clipping x took two (the loop is bound by its vector
-    # ops; 4% faster in LayerNorm+GELU): beyond the clip x * P/Q is x/clip times erf(clip) ~ 1,
+    # ops): beyond the clip x * P/Q is x/clip times erf(clip) ~ 1,
     # which the clamp takes to +-1 (an infinite x too). NaN propagates: Numba's min/max return NaN
     # for a NaN operand.
     u = min(x * x, _ERF_CLIP2)
@@ -113,8 +114,7 @@ def tanh32(x):
 @njit(cache=True, inline="always", fastmath=_FM, error_model="numpy")
 def gelu_erf32(x):
     # erf32(x / sqrt 2) with the scaling folded into the coefficients (_GP*, _GQ*): one multiply
-    # fewer of ~20 vector ops, measured 1.09x on the GELU loop alone here, same accuracy
-    # (1.74e-7 vs 1.77e-7 of max(1, |x|) over [-12, 12]), the same clamps and tails
+    # fewer of ~20 vector ops, same accuracy, the same clamps and tails
     u = min(x * x, _GELU_CLIP2)
     p = ((((_GP5 * u + _GP4) * u + _GP3) * u + _GP2) * u + _GP1) * u + _GP0
     q = ((((_GQ5 * u + _GQ4) * u + _GQ3) * u + _GQ2) * u + _GQ1) * u + _ONE

@@ -82,10 +82,9 @@ def _caches(board) -> dict[str, int]:
 
 
 def _rule(l1: int, l2: int, l3: int, cores: int, elem: int = 4) -> Blocking:
-    # kc: the B micro-panel (kc x NR). Measured at 1024^3 on Zen 4 (32 KiB L1): kc=512 (a panel
-    # of 2x L1) beat 384/256/192 by 3/8/12% -- the L2->L1 prefetcher streams the panel, and a
-    # long kc halves the passes over C. Capped at 2 KiB of K per row (512 fp32, 1024 int16 pairs)
-    # so the A micro-panel stays small.
+    # kc: the B micro-panel (kc x NR), about 2x L1: the L2->L1 prefetcher streams the panel,
+    # and a long kc halves the passes over C (figures: docs/notes/neon-kernels.md). Capped at
+    # 2 KiB of K per row (512 fp32, 1024 int16 pairs) so the A micro-panel stays small.
     kc = max(128, min(2048 // elem, 2 * l1 // (NR * elem)))
     # mc: the A block (mc x kc) takes about a quarter of L2 (B micro-panels and C share the rest)
     mc = max(MR, min(1024, (l2 // 4) // (kc * elem)))
@@ -117,7 +116,7 @@ def blocking_for(board: Any = "host", dtype_bytes: int = 4) -> Blocking:
 
 # A planner K block below this is raised to it: each K block ends with a store (or re-load) of
 # the whole MR x NR register tile, so a K block of a few steps spends more time moving C than
-# multiplying (512^3 on Zen 4, one thread: kc=2 6.2x slower than kc=256, kc=32 8% slower). The
+# multiplying (figures: docs/notes/neon-kernels.md). The
 # planner's cost model does not see the micro-kernel, so it can ask for such blocks.
 KC_MIN = 32
 
@@ -126,8 +125,8 @@ _REGISTER_LEVELS = ("reg", "regs", "register", "registers")
 
 
 # from_tiling per frozen tiling object: a package node hands its kernel the same Tiling on every
-# call, and reading it (levels, dims, the label) took ~60 us a call in Python here, more than the
-# GEMM of a small 1x1 conv. Keyed by identity, the object kept alive beside its result (so its id
+# call, and reading it (levels, dims, the label) in Python costs more than the GEMM of a small
+# 1x1 conv. Keyed by identity, the object kept alive beside its result (so its id
 # cannot be reused); cleared whole when full.
 _MEMO: dict[int, tuple] = {}
 _MEMO_MAX = 4096

@@ -144,8 +144,9 @@ def choose(g: ConvGeom, board=None, threads: int = 1) -> tuple[str, str]:
 
 
 def _choose_cached(g: ConvGeom, board, threads: int) -> str:
-    """choose() per (shape, board, threads), memoised: it costs ~25 us (board lookup, estimates),
-    5% of a 1x1 conv. Keyed on the override table and hook too, so changing them takes effect."""
+    """choose() per (shape, board, threads), memoised: its board lookup and estimates are a
+    noticeable share of a 1x1 conv. Keyed on the override table and hook too, so changing them
+    takes effect."""
     key = (g, getattr(board, "name", board), threads, id(_COST_HOOK),
            tuple(sorted(OVERRIDES.get(getattr(board, "name", board), {}).items())))
     hit = _CHOICES.get(key)

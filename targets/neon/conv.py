@@ -70,8 +70,9 @@ class ConvGeom:
 
 
 # geom_from_attrs per (shapes, attributes): a package node asks for the same geometry on every
-# call, and the op definition's window rules cost ~10-20 us of Python a call here (a sixth of a
-# small 1x1 conv). ConvGeom is frozen, so one instance can serve every caller.
+# call, and the op definition's window rules cost a noticeable share of a small 1x1 conv in
+# Python (figures: docs/notes/neon-kernels.md). ConvGeom is frozen, so one instance can serve
+# every caller.
 _GEOMS: dict = {}
 _GEOMS_MAX = 4096
 

@@ -152,7 +152,7 @@ def _dw3_kernel(x, w, bias, has_bias, y, N, C, H, W, K, OH, OW, sh, sw, dh, ph, 
             else:
                 e0, e1 = 0, 0
             # only the edge columns (a loop over all OW with a skip test gets if-converted into
-            # masked gathers over the whole row: 3x slower than the vectors themselves)
+            # masked gathers over the whole row, much slower than the vectors themselves)
             for e in range(OW - (e1 - e0)):
                 q = e if e < e0 else e + e1 - e0
                 acc = bv

@@ -119,8 +119,8 @@ def store_tile(ct, ldt, c, coff, ldc, mr, nr, alpha, add, last, bias, boff, bias
 @njit(cache=True, inline="always", fastmath=_FM, error_model="numpy")
 def finish_tile(c, coff, ldc, mr, nr, bias, boff, bias_mode, row0, col0, act, p0, p1):
     """In place on a stored tile after its last K block: + bias (per row/column), activation.
-    One dispatch per TILE with branch-free inner loops: a per-element apply_act measured
-    ~3 ns/element and a per-row dispatch ~1.5, as much as a 1x1 conv's arithmetic."""
+    One dispatch per TILE with branch-free inner loops: a per-element or per-row dispatch costs
+    as much as a 1x1 conv's arithmetic (figures: docs/notes/neon-kernels.md)."""
     if bias_mode == BIAS_ROW:
         for i in range(mr):
             cr = c[coff + i * ldc:coff + i * ldc + nr]
@@ -155,7 +155,7 @@ def finish_tile(c, coff, ldc, mr, nr, bias, boff, bias_mode, row0, col0, act, p0
 @njit(cache=True, inline="always", fastmath=_FM, error_model="numpy")
 def act_copy(src, dst, n, act, p0, p1):
     """dst[:n] = act(src[:n]) with ONE dispatch per call: a branch chain per element (what
-    ``apply_act`` in a loop is) does not vectorise and measured ~3 ns/element."""
+    ``apply_act`` in a loop is) does not vectorise."""
     if act == NONE:
         for i in range(n):
             dst[i] = src[i]

@@ -48,7 +48,7 @@ def _gemm_block(r0, r1, c0, c1, K, a, aoff, ars, acs, b, boff, brs, bcs, c, coff
     # otherwise the micro-kernel reads row-major B in place (only a ragged edge panel is
     # packed): packing is O(K*N) per call and short-M GEMMs (conv, Winograd) cannot amortise it.
     # Not when B's row stride is a multiple of 1 KiB: the kc rows of a panel then fall into a
-    # few cache sets and thrash L1/L2 (512^3 on two threads, 256 rows each: 42 vs 190 GFLOP/s).
+    # few cache sets and thrash L1/L2 (figures: docs/notes/neon-kernels.md).
     direct = bcs == 1 and r1 - r0 <= mc and brs % 256 != 0
     for jc in range(c0, c1, nc):
         nb = min(nc, c1 - jc)

@@ -11,7 +11,7 @@ exp's Cody-Waite range reduction.
 
 Hot loops index slice VIEWS with the bare loop variable (``v = x[off:off+n]; v[i]``), never
 ``x[off + i]``: Numba must allow a negative ``off + i`` to wrap around, and that select per
-element stopped LLVM vectorising the SiLU pass (measured 10x slower inside a prange body).
+element stopped LLVM vectorising the SiLU pass (figures: docs/notes/neon-kernels.md).
 """
 from __future__ import annotations
 
@@ -54,10 +54,10 @@ def _mean_var(x, off, n):
 
 # One function per activation for the normalise pass, called (not inlined by Numba) from
 # _affine_act: with every activation's loops inlined into one body, LLVM compiled the GELU loop
-# about 10% slower (LayerNorm+GELU rows of 768 here: 0.204-0.223 vs 0.184-0.189 ms per 512 rows
-# with only the GELU loops in the body); a separate function per activation keeps each loop's
-# code as if it were alone. Each holds the per-element (LayerNorm: ``a``, ``b`` arrays) and the
-# per-channel (GroupNorm: ``a`` empty, scalar ``sb``) loop; one branch, loop bodies branch-free.
+# slower (figures: docs/notes/neon-kernels.md); a separate function per activation keeps each
+# loop's code as if it were alone. Each holds the per-element (LayerNorm: ``a``, ``b`` arrays)
+# and the per-channel (GroupNorm: ``a`` empty, scalar ``sb``) loop; one branch, loop bodies
+# branch-free.
 @njit(cache=True, fastmath=_FM, error_model="numpy")
 def _norm_none(xv, yv, a, b, m, s, sb, n):
     if a.shape[0] > 0:
@@ -160,10 +160,10 @@ def _groupnorm_task(x, scale, bias, cg, spatial, groups, eps, y, act, p0, p1, em
 
 # Each kernel twice, parallel and serial (separate functions, not one py_func compiled twice:
 # Numba's disk cache keys entries by function and signature, not by the parallel flag). The
-# serial one serves small inputs: a parallel region costs ~1.5 us to launch even on a one-thread
-# team (measured), and needs no set_num_threads round trip; larger calls that run alone take the
-# parallel one on a one-thread team, whose loop body Numba compiles with noalias arrays
-# (_threads.launch: measured faster).
+# serial one serves small inputs: it launches no parallel region (a cost even on a one-thread
+# team) and needs no set_num_threads round trip; larger calls that run alone take the parallel
+# one on a one-thread team, whose loop body Numba compiles with noalias arrays
+# (edgeops.threads.launch; figures: docs/notes/threads.md).
 @njit(parallel=True, cache=True, fastmath=_FM, error_model="numpy")
 def _layernorm_kernel(x, scale, bias, rows, d, eps, y, act, p0, p1):
     for r in prange(rows):
@@ -199,9 +199,9 @@ def _groupnorm_serial(x, scale, bias, n, c, spatial, groups, eps, y, act, p0, p1
 # then two scratch rows (blocks) per chunk of rows. Stage s writes output row slot[s], or, when
 # slot[s] < 0 (an intermediate nothing outside the chain reads), a scratch row of its chunk, which
 # the next stage reads back from L1: materialising every intermediate of four LayerNorm+GELU
-# stages on 128x768 writes ~1.5 MB a call, beyond L2 here. One buffer, so every view has the
-# same (contiguous) type: views of two arrays would unify to a strided layout, which vectorised
-# worse (measured). Chunks: one per thread, each running its rows in order.
+# stages on 128x768 writes ~1.5 MB a call, beyond L2 where measured. One buffer, so every view
+# has the same (contiguous) type: views of two arrays would unify to a strided layout, which
+# vectorised worse (measured). Chunks: one per thread, each running its rows in order.
 @njit(cache=True, inline="always", fastmath=_FM, error_model="numpy")
 def _chain_dst(slot, s, n, off, blk, scr):
     """Offset in ``y`` of stage s's output for the row (block) at ``off``."""
@@ -326,7 +326,7 @@ def _act(act):
 
 def _ln_param(name, p, tail):
     """Scale/B flattened to the normalised shape; the usual full-shape, contiguous parameter is
-    used as is (broadcast_to + copy measured ~5 us a call, 5% of a 128x768 LayerNorm)."""
+    used as is (broadcast_to + copy is a noticeable share of a small LayerNorm)."""
     p = _f32("layernorm", name, p)
     if p.shape == tail and p.flags.c_contiguous:
         return p.reshape(-1)
@@ -608,7 +608,7 @@ def softmax(x, axis=-1) -> np.ndarray:
     if x.size:
         outer = math.prod(x.shape[:ax])
         inner = math.prod(x.shape[ax + 1:])
-        # exp per element: parallel paid from 32K even on a passive pool (93 vs 109 us, once)
+        # exp per element: the pool can pay from SMALL_ELEMENTS even when passive, so it is timed
         with alone_or_pool(("softmax", x.shape, ax), x.size):
             _softmax_kernel(x.reshape(-1), outer, x.shape[ax], inner, y.reshape(-1))
     return y

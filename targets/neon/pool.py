@@ -34,12 +34,12 @@ def _pool_kernel(x, y, planes, H, W, OH, OW, R, S, sh, sw, dh, dw, ph, pw, eh, i
     # window repeats a valid row where fewer are inside), and three-tap windows with column
     # stride 1 or 2 and two-tap ones with stride 2 (the usual 3x3 and 2x2 pools) get their own
     # one-pass loops: on 27x27 planes one output row is 13 columns, so each extra pass over a
-    # row costs about as much as its work (1.3-1.6x faster than a pass per row and per tap,
-    # measured; the same sums in the same order, so the same bits).
+    # row costs about as much as its work (figures: docs/notes/neon-kernels.md; the same sums in
+    # the same order, so the same bits).
     # ``cols``: per output column, its number of counted taps (average pooling's divisor part).
     # Indices are flat and unsigned (U): a signed index gets Numba's wrap-around select, which
     # keeps loads from vectorising, and a slice view per row or tap costs more than the work
-    # (reference counting): ~25 ns each, measured.
+    # (reference counting).
     fill = np.float32(-np.inf) if is_max else np.float32(0)
     for t in prange(planes):
         xb = t * H * W
@@ -191,8 +191,8 @@ def pool2d(x, kind: str, kernel, strides, dilations, pads_begin, pads_end, out_h
 
 @functools.lru_cache(maxsize=1024)
 def _columns(W, OW, S, sw, dw, pw, ew, include_pad):
-    """Column counts of a row geometry, worked out once (a read-only array: ~15 us of numpy
-    per call otherwise, a tenth of a small pooling node)."""
+    """Column counts of a row geometry, worked out once (a read-only array: numpy per call
+    otherwise is a noticeable share of a small pooling node)."""
     cols = _column_counts(W, OW, S, sw, dw, pw, ew, include_pad)
     cols.flags.writeable = False
     return cols

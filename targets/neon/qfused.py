@@ -75,7 +75,7 @@ def pack_pairs(src, soff, rs, cs, rows, K, kc, pr, p0, p1, out, ooff):
 def _im2col_row(xq, src, H, W, r, s, OH, OW, sh, sw, dh, dw, ph, pw, row):
     """One im2col row (channel plane at ``xq[src:]``, kernel offset r, s) into ``row`` (P
     int16, padding 0). Indices are cast to unsigned: no negative-index wrap-around select, and
-    no slice views (each costs an atomic reference count, ~0.5 us per row at these sizes)."""
+    no slice views (each costs an atomic reference count, noticeable per row at these sizes)."""
     off = s * dw - pw
     lo_w = 0 if off >= 0 else (-off + sw - 1) // sw
     hi_w = min(OW, (W - 1 - off) // sw + 1) if W - 1 - off >= 0 else 0

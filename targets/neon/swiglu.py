@@ -159,7 +159,7 @@ def swiglu(x, w1, w2, b1=None, b2=None, *, blocking: Blocking | None = None,
         raise EdgeOpsError("neon swiglu: D == 0 is not supported")
     bl = (blocking or from_tiling(tiling)).normalized()
     # the per-item scratch (mc x 2nc) should stay in L2 next to the X block: cap nc at 256
-    # columns (measured best for D=768..4096 on Zen 4); mc likewise at 64 rows
+    # columns (measured best: docs/notes/neon-kernels.md); mc likewise at 64 rows
     mc = max(SMR, min(bl.mc, 64) // SMR * SMR)
     pan_blk = max(1, min(bl.nc, 256) // NR)
     kc = bl.kc

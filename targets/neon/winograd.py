@@ -69,7 +69,7 @@ def _input_transform(x, n0, nimg, C, H, W, TH, TW, ph, pw, v):
     """v[e, c, p] = (B^T d B)[e] for the 4x4 tile d at (2ty - ph, 2tx - pw) of image n0+i,
     p = (i*TH + ty)*TW + tx. Vectorised ACROSS tiles: the plane is copied zero-padded and split
     into even/odd columns, so tap (a, b) of every tile in a tile row is one contiguous run, and
-    each of the 16 outputs is a contiguous store (a per-tile gather measured 43 ns/tile)."""
+    each of the 16 outputs is a contiguous store (a per-tile gather is slower)."""
     P = nimg * TH * TW
     hp = 2 * TH + 2
     wq = TW + 1
@@ -104,7 +104,7 @@ def _input_transform(x, n0, nimg, C, H, W, TH, TW, ph, pw, v):
             d32, d33 = xq[0, r0 + 3, 1:TW + 1], xq[1, r0 + 3, 1:TW + 1]
             # all 16 results of the tile row go to ONE scratch array (tmp[e*TW + q]): with a
             # single destination object LLVM vectorises the loop; 16 separate output views
-            # needed too many runtime alias checks and ran scalar (~50 ns/tile)
+            # needed too many runtime alias checks and ran scalar
             for q in range(TW):
                 # rows of B^T d
                 t00 = d00[q] - d20[q]
