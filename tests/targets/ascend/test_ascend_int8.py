@@ -5,9 +5,11 @@ every QDQ unit there, the package matching ONNX Runtime on the QDQ model."""
 import numpy as np
 import pytest
 
-import edgeops.targets.ascend  # noqa: F401  (registers the kernels)
 from edgeops import registry
 from edgeops.ops import get_op
+from edgeops.pipeline.targets import load_targets
+
+load_targets()      # registers the ascend kernels
 
 QDOM = "ai.edgeops"
 

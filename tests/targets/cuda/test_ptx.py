@@ -2,11 +2,12 @@
 CUDA 12.6 toolchain (PTX ISA 8.5, loadable by JetPack 6.1+ drivers). No GPU needed."""
 import pytest
 
-import edgeops.targets.cuda  # noqa: F401  (registers the cuda kernels)
+from edgeops.pipeline.targets import load_targets
+from edgeops.registry import kernels
 from edgeops.targets.cuda import ptx
 
-NAMES = sorted({k.name for k in __import__("edgeops.registry", fromlist=["kernels"]).kernels(
-    target="cuda")})
+load_targets()      # registers the cuda kernels
+NAMES = sorted({k.name for k in kernels(target="cuda")})
 # one compile per distinct kernel body in CI; every tile configuration in the full suite
 DISTINCT = ["cuda.gemm_tiled", "cuda.gemm_naive", "cuda.swiglu", "cuda.conv_implicit_gemm",
             "cuda.layernorm", "cuda.groupnorm", "cuda.softmax", "cuda.relu"]
