@@ -57,6 +57,7 @@ def test_cli_inspect_kernel_ptx(capsys):
     import argparse
     import json
 
+    from edgeops.cli import inspect_kernel as ik
     from edgeops.pipeline.inspect import inspect_kernel
     doc = inspect_kernel("cuda.softmax", "cuda", ptx=True, variant="nt32")
     assert doc["op"] == "Softmax" and doc["ptx"][0]["target"] == "sm_87"
