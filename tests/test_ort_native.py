@@ -241,3 +241,61 @@ def test_a_library_that_does_not_load_is_refused(tmp_path):
     lib.write_bytes(b"not an ELF file")
     with pytest.raises(native._Unavailable, match="cannot be loaded"):
         native._loadable(lib)
+
+
+_CONCURRENT = r'''
+import sys, threading
+import numpy as np
+sys.path.insert(0, sys.argv[1])
+from test_ort_native import _model, _norm_chain, helper
+import edgeops.ort as eort
+from edgeops.lower import lower
+
+rng = np.random.default_rng(7)
+m, _ = _norm_chain(rng, "ln", 3, (4, 33, 96))
+g = m.graph     # then ONNX Runtime's Neg, so the chain is a region of its own (planned),
+#                 and a MatMul with a held weight and an Add of a second input after it
+w = rng.standard_normal((96, 40)).astype(np.float32)
+from onnx import numpy_helper, TensorProto
+g.initializer.append(numpy_helper.from_array(w, "w"))
+last = g.output[0].name
+g.node.extend([helper.make_node("Neg", [last], ["neg"], name="neg"),
+               helper.make_node("MatMul", ["neg", "w"], ["mm"], name="mm"),
+               helper.make_node("Add", ["mm", "x2"], ["y"], name="add")])
+g.input.append(helper.make_tensor_value_info("x2", TensorProto.FLOAT, [4, 33, 40]))
+del g.output[:]
+g.output.append(helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 33, 40]))
+s = eort.session(lower(m, "rpi5", mode="all").model, "neon")
+feeds = [{"x": rng.standard_normal((4, 33, 96)).astype(np.float32) * (1 + i),
+          "x2": rng.standard_normal((4, 33, 40)).astype(np.float32)} for i in range(8)]
+for _ in range(30):        # past the chains' thread choice, so plans are in use
+    want = [s.run(None, f)[0] for f in feeds]
+bad, runs = [], [0]
+def worker(i):
+    for _ in range(40):
+        y = s.run(None, feeds[i])[0]
+        runs[0] += 1
+        if not np.allclose(y, want[i], rtol=1e-6, atol=1e-6 * np.abs(want[i]).max()):
+            bad.append((i, float(np.abs(y - want[i]).max())))
+ts = [threading.Thread(target=worker, args=(i,)) for i in range(8)]
+[t.start() for t in ts]
+[t.join() for t in ts]
+from edgeops.ort import native
+print(runs[0], len(bad), bad[:3], native.status()["used"], bool(native._planning))
+'''
+
+
+def test_one_session_run_from_8_threads_at_once_is_correct_every_time(bridge, tmp_path):
+    """ONNX Runtime lets threads share a session: 8 of them, each with its own inputs, through
+    a planned norm-chain region and lone nodes on the native bridge, get the outputs a serial
+    run gives, every time (a fresh process: a crash must not take the test runner with it)."""
+    import os
+    import subprocess
+    import sys
+    here = os.path.dirname(os.path.abspath(__file__))
+    r = subprocess.run([sys.executable, "-c", _CONCURRENT, here], capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    line = r.stdout.strip().splitlines()[-1]
+    # 320 runs, none wrong; the native bridge in use and the chain planned
+    assert line == "320 0 [] True True", line
