@@ -44,25 +44,75 @@ def _chain_kernel(x, y, chain):
                 yv[i] = _run_chain(xv[i], chain)
 
 
+@njit(cache=True, inline="always", fastmath=_FM, error_model="numpy")
+def _binop(a, b, y, m, op):
+    """y[:m] = a[:m] op b[:m]: one loop per op, so each vectorises."""
+    if op == ADD:
+        for i in range(m):
+            y[i] = a[i] + b[i]
+    elif op == SUB:
+        for i in range(m):
+            y[i] = a[i] - b[i]
+    elif op == MUL:
+        for i in range(m):
+            y[i] = a[i] * b[i]
+    else:
+        for i in range(m):
+            y[i] = a[i] / b[i]
+
+
+@njit(cache=True, inline="always", fastmath=_FM, error_model="numpy")
+def _binop_scalar(a, bv, y, m, op):
+    """y[:m] = a[:m] op bv."""
+    if op == ADD:
+        for i in range(m):
+            y[i] = a[i] + bv
+    elif op == SUB:
+        for i in range(m):
+            y[i] = a[i] - bv
+    elif op == MUL:
+        for i in range(m):
+            y[i] = a[i] * bv
+    else:
+        for i in range(m):
+            y[i] = a[i] / bv
+
+
 @njit(parallel=True, cache=True, fastmath=_FM, error_model="numpy")
 def _binary_kernel(a, b, inner, y, op, chain):
     """y = chain(a op b) where b repeats with period ``inner`` * len(b) (b broadcast along the
-    leading axes, and along a trailing block of ``inner`` elements: per-channel NCHW operands)."""
+    leading axes, and along a trailing block of ``inner`` elements: per-channel NCHW operands).
+    Each block runs a op b over the longest stretches with one b layout (same-shape, or one b
+    value) and then the chain over the block: no index arithmetic per element."""
     n = a.shape[0]
     nb = b.shape[0]
     for blk in prange((n + _BLOCK - 1) // _BLOCK):
-        for i in range(blk * _BLOCK, min(n, (blk + 1) * _BLOCK)):
-            bv = b[(i // inner) % nb]
-            av = a[i]
-            if op == ADD:
-                v = av + bv
-            elif op == SUB:
-                v = av - bv
-            elif op == MUL:
-                v = av * bv
-            else:
-                v = av / bv
-            y[i] = _run_chain(v, chain)
+        lo = blk * _BLOCK
+        hi = min(n, lo + _BLOCK)
+        yv = y[lo:hi]
+        if nb == n:
+            _binop(a[lo:hi], b[lo:hi], yv, hi - lo, op)
+        elif nb == 1:
+            _binop_scalar(a[lo:hi], b[0], yv, hi - lo, op)
+        elif inner == 1:     # b along the trailing axes: whole periods of b
+            i = lo
+            while i < hi:
+                j = i % nb
+                end = min(hi, i - j + nb)
+                _binop(a[i:end], b[j:j + end - i], y[i:end], end - i, op)
+                i = end
+        else:                           # one b value per run of ``inner`` elements
+            i = lo
+            while i < hi:
+                q = i // inner
+                end = min(hi, (q + 1) * inner)
+                _binop_scalar(a[i:end], b[q % nb], y[i:end], end - i, op)
+                i = end
+        if chain.shape[0] == 1:
+            ep.act_copy(yv, yv, hi - lo, int(chain[0, 0]), chain[0, 1], chain[0, 2])
+        elif chain.shape[0] > 1:
+            for i in range(hi - lo):
+                yv[i] = _run_chain(yv[i], chain)
 
 
 def make_chain(steps) -> np.ndarray:

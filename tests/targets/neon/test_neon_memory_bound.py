@@ -204,6 +204,27 @@ def test_activation_chain_and_binary(rng):
                                    vm_silu(Mul.reference(x, np.asarray(b))), **TOL)
 
 
+@pytest.mark.parametrize("op", ["Add", "Sub", "Mul", "Div"])
+def test_binary_layouts_across_blocks(rng, op):
+    """Every operand layout the kernel runs without index arithmetic (same shape, scalar,
+    trailing axes, per-channel, a middle block) on a tensor of several 16K-element blocks whose
+    b-runs cross block edges: plain ops give numpy's float32 bits exactly; with a chain, the
+    float64 reference within TOL."""
+    x = rng.standard_normal((3, 7, 1301), dtype=np.float32) * 3
+    f = {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Div": np.divide}[op]
+    for b in (rng.standard_normal(x.shape, dtype=np.float32),
+              np.float32(-1.75),
+              rng.standard_normal((1301,), dtype=np.float32),
+              rng.standard_normal((7, 1), dtype=np.float32),
+              rng.standard_normal((3, 7, 1), dtype=np.float32),
+              rng.standard_normal((3, 1, 1), dtype=np.float32)):
+        b = np.where(np.abs(b) < 0.1, np.float32(0.5), b).astype(np.float32)   # Div: no blow-up
+        np.testing.assert_array_equal(eltwise.binary(x, b, op), f(x, b))
+        want = np.clip(np.maximum(f(x.astype(np.float64), np.asarray(b, np.float64)), 0), 0, 6)
+        np.testing.assert_allclose(eltwise.binary(x, b, op, ["relu", ("clip", 0.0, 6.0)]), want,
+                                   **TOL)
+
+
 def vm_silu(v):
     v = v.astype(np.float64)
     return v / (1 + np.exp(-v))
