@@ -195,24 +195,19 @@ PHASES = ("ort+bridge", "glue", "handoff", "prep", "kernel", "out")
 
 
 class _Probe:
-    """Timestamps where a package run enters Python (an op or region function) and, for each
-    node call, where dispatch caps the threads, prepares the inputs, runs the kernel and hands
-    the output back. Diagnosis only: it wraps edgeops' own functions for this process."""
+    """Timestamps where a package run enters and leaves Python (an op or region function; a
+    region's inner nodes are inside its time) and, for each node call, where dispatch caps the
+    threads, prepares the inputs, runs the kernel and hands the output back (a region's fused
+    chain pass bypasses node calls: it counts as glue). Diagnosis only: it wraps edgeops' own
+    functions for this process."""
 
     def __init__(self):
-        from edgeops.ort import calls, dispatch
-        self.py = self.calls = self.enter = 0.0
+        from edgeops.ort import dispatch
+        self.py = self.calls = self.entered = 0.0
+        self.depth = 0
         self.acc = dict.fromkeys(("handoff", "prep", "kernel", "out"), 0.0)
         probe, D = self, dispatch._Dispatch
-        resolve_node, resolve_region = calls.resolve, regions.resolve
         call, inner, run = D.call, D._call, D._run
-
-        def entered(resolve):
-            def wrapped(spec):
-                probe.enter = time.perf_counter()
-                return resolve(spec)
-            return wrapped
-        calls.resolve, regions.resolve = entered(resolve_node), entered(resolve_region)
 
         def d_call(self_, inputs):
             t = time.perf_counter()
@@ -250,15 +245,21 @@ class _Probe:
         probe = self
 
         def in_python(make):
-            """``make``'s functions, each also counting its time since the run entered Python."""
+            """``make``'s functions, each also counting the time the run spends in Python: from
+            entering the outermost one (an op function, or a region's) to leaving it."""
             def made(arg):
                 fn = make(arg)
 
                 def run(*inputs, **attrs):
+                    if probe.depth == 0:
+                        probe.entered = time.perf_counter()
+                    probe.depth += 1
                     try:
                         return fn(*inputs, **attrs)
                     finally:
-                        probe.py += time.perf_counter() - probe.enter
+                        probe.depth -= 1
+                        if probe.depth == 0:
+                            probe.py += time.perf_counter() - probe.entered
                 run.__name__ = fn.__name__
                 return run
             return made

@@ -271,6 +271,46 @@ def _groupnorm_chain_serial(x, scales, biases, n, c, spatial, groups, eps, y, sl
                            empty, 0, n * groups, 0)
 
 
+@njit(cache=True, inline="always", fastmath=_FM, error_model="numpy")
+def _row_max(v, n):
+    """max(v[:n]), n >= 1, over 8 partial maxima."""
+    m0 = m1 = m2 = m3 = m4 = m5 = m6 = m7 = v[0]
+    j = 0
+    while j + 8 <= n:
+        m0, m1 = max(m0, v[j]), max(m1, v[j + 1])
+        m2, m3 = max(m2, v[j + 2]), max(m3, v[j + 3])
+        m4, m5 = max(m4, v[j + 4]), max(m5, v[j + 5])
+        m6, m7 = max(m6, v[j + 6]), max(m7, v[j + 7])
+        j += 8
+    m = max(max(max(m0, m1), max(m2, m3)), max(max(m4, m5), max(m6, m7)))
+    while j < n:
+        m = max(m, v[j])
+        j += 1
+    return m
+
+
+@njit(cache=True, inline="always", fastmath=_FM, error_model="numpy")
+def _row_sum(v, n):
+    """sum(v[:n]) in float32 over 8 partial sums, combined pairwise."""
+    s0 = s1 = s2 = s3 = s4 = s5 = s6 = s7 = np.float32(0)
+    j = 0
+    while j + 8 <= n:
+        s0 += v[j]
+        s1 += v[j + 1]
+        s2 += v[j + 2]
+        s3 += v[j + 3]
+        s4 += v[j + 4]
+        s5 += v[j + 5]
+        s6 += v[j + 6]
+        s7 += v[j + 7]
+        j += 8
+    s = ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7))
+    while j < n:
+        s += v[j]
+        j += 1
+    return s
+
+
 @njit(parallel=True, cache=True, fastmath=_FM, error_model="numpy")
 def _softmax_kernel(x, outer, length, inner, y):
     """Softmax over the middle axis of (outer, length, inner); vector lanes run along ``inner``
@@ -280,15 +320,12 @@ def _softmax_kernel(x, outer, length, inner, y):
         xv = x[base:base + length * inner]
         yv = y[base:base + length * inner]
         if inner == 1:
-            m = xv[0]
-            for j in range(1, length):
-                m = max(m, xv[j])
-            s = np.float32(0)
+            # the exp loop carries no reduction, so it vectorises; max and sum run over 8
+            # independent partials (a single running sum serialises every exp behind it)
+            m = _row_max(xv, length)
             for j in range(length):
-                e = ep.vm.exp32(xv[j] - m)
-                yv[j] = e
-                s += e
-            inv = np.float32(1.0) / s
+                yv[j] = ep.vm.exp32(xv[j] - m)
+            inv = np.float32(1.0) / _row_sum(yv, length)
             for j in range(length):
                 yv[j] *= inv
         else:

@@ -130,7 +130,8 @@ def test_groupnorm_per_group_params(rng):
 
 
 @pytest.mark.parametrize("shape,axis", [((4, 1000), -1), ((2, 7, 5), 1), ((3, 4, 5, 6), 0),
-                                        ((1, 12, 17, 17), -1)])
+                                        ((1, 12, 17, 17), -1), ((5, 3), -1), ((6, 8), -1),
+                                        ((2, 3, 129), -1)])
 def test_softmax(rng, shape, axis):
     x = rng.standard_normal(shape, dtype=np.float32) * 8
     ref = Softmax.reference(x.astype(np.float64), axis=axis)
