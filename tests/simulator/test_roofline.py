@@ -137,7 +137,7 @@ def test_points_from_simulate_rows():
 
 
 def test_plot_draws_both_roofs(tmp_path, monkeypatch):
-    pytest.importorskip("matplotlib")
+    pytest.importorskip("matplotlib", reason="--plot needs the plot extra (make test installs it)")
     from edgeops.simulator import plot
     drawn = []
     import matplotlib.axes
