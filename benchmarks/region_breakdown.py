@@ -25,8 +25,8 @@ this explains e2e_vs_ort.py's chain rows.
 Before timing, the package's output with every intermediate kept must equal its output with
 only the needed ones (exit 1 otherwise).
 
-``--nodes``: the same split for one node (or one region) per kernel family (identity on the
-reference kernel: the crossing alone; add, mul, relu, sigmoid from 16K elements; add+relu;
+``--nodes``: the same split for one node (or one region) per kernel family (identity: a copy,
+about the crossing alone; add, mul, relu, sigmoid from 16K elements; add+relu;
 layernorm; softmax; matmul and gemm on the encoder block's shapes; 3x3 and depthwise conv), each
 compiled ``--lower all`` for ``host`` and timed in rotation with two ONNX Runtime sessions of
 the original node (ORT_ENABLE_ALL, same threads; the second is the A/A column). A run splits
@@ -34,7 +34,9 @@ into ``ort+bridge`` (ONNX Runtime, the bridge's crossing and its output copy: ev
 Python), ``glue`` (Python around the node calls: the op or region function, resolving the
 dispatch string), ``handoff`` (capping and restoring the kernels' thread count), ``prep`` (the
 kernel's inputs: placeholders, held constants, the kernel choice), ``kernel`` and ``out`` (the
-output handed back contiguous).
+output handed back contiguous). Beside it, a second package session with native programs on
+(the default: edgeops.ort.native), in the same rotation: its time, the share of its calls that
+ran natively, and whether its outputs are bit-identical to the Python path's.
 
     python benchmarks/region_breakdown.py [--threads 1] [--runs 200] [--models ...] [--json]
         [--quick]
@@ -172,7 +174,7 @@ def _add_relu(shape):
 # the issue's per-node targets name; identity runs the reference target's kernel (pure crossing)
 E16, E200 = (1, 64, 16, 16), (1, 64, 56, 56)
 NODES = {
-    "identity": (lambda: _one("Identity", (1, 128, 768)), ["reference"]),
+    "identity": (lambda: _one("Identity", (1, 128, 768)), None),
     "add-16k": (lambda: _one("Add", E16, inputs=2), None),
     "add-200k": (lambda: _one("Add", E200, inputs=2), None),
     "mul-16k": (lambda: _one("Mul", E16, inputs=2), None),
@@ -278,6 +280,7 @@ class _Probe:
 
 def node_breakdown(family: str, threads: int, runs: int, probe: _Probe) -> dict:
     from edgeops import package
+    from edgeops.ort import native
     from edgeops.pipeline.compile import compile_model
     build_fn, targets = NODES[family]
     m = build_fn()
@@ -285,21 +288,29 @@ def node_breakdown(family: str, threads: int, runs: int, probe: _Probe) -> dict:
         doc = compile_model(m, "host", f"{tmp}/pkg", mode="all", threads=threads, verify=False,
                             targets=targets)
         pkg = package.load(f"{tmp}/pkg")
-        sess = pkg.session(threads=threads)
+        sess = pkg.session(threads=threads)           # plans off: the Python path, split
+        os.environ["EDGEOPS_NATIVE_PLANS"] = "1"
+        try:
+            nat = pkg.session(threads=threads)        # the default: native programs
+        finally:
+            os.environ["EDGEOPS_NATIVE_PLANS"] = "0"
     rng = np.random.default_rng(1)
     feeds = {i.name: rng.standard_normal(i.shape).astype(np.float32) for i in sess.get_inputs()}
     peer, peer2 = ort_session(m, threads), ort_session(m, threads)
     want, got = peer.run(None, feeds)[0], sess.run(None, feeds)[0]
     err = float(np.max(np.abs(got - want)) / max(float(np.max(np.abs(want))), 1e-30))
-    parts = {p: [] for p in ("total", *PHASES)}
-    ort_t: list = [[], []]
-    per = max(1, runs // BLOCKS)
     for _ in range(3):
         sess.run(None, feeds)
-    for b in range(BLOCKS):     # blocks of back-to-back runs, the three sessions in rotation
-        for who in ((0, 1, 2), (1, 2, 0), (2, 0, 1))[b % 3]:
+        nat.run(None, feeds)
+    same = bool(np.array_equal(sess.run(None, feeds)[0], nat.run(None, feeds)[0]))
+    parts = {p: [] for p in ("total", *PHASES)}
+    times: list = [[], [], []]      # native session, ORT, ORT again (A/A)
+    per = max(1, runs // BLOCKS)
+    c0 = native.counters()
+    for b in range(BLOCKS):     # blocks of back-to-back runs, the four sessions in rotation
+        for who in ((0, 1, 2, 3), (1, 2, 3, 0), (2, 3, 0, 1), (3, 0, 1, 2))[b % 4]:
             settle()
-            s = (sess, peer, peer2)[who]
+            s = (sess, nat, peer, peer2)[who]
             s.run(None, feeds)
             for _ in range(per):
                 probe.reset()
@@ -310,12 +321,16 @@ def node_breakdown(family: str, threads: int, runs: int, probe: _Probe) -> dict:
                     for p, v in probe.split(t).items():
                         parts[p].append(v)
                 else:
-                    ort_t[who - 1].append(t)
+                    times[who - 1].append(t)
+    c1 = native.counters()
+    calls = per * BLOCKS + BLOCKS    # the native session's runs: timed, and one warm-up a block
     med = {p: statistics.median(v) for p, v in parts.items()}
-    o, o2 = statistics.median(ort_t[0]), statistics.median(ort_t[1])
+    n_s, o, o2 = (statistics.median(v) for v in times)
     lowered = [r["kernel"] for r in doc["placement"] if r["target"]]
     return {"family": family, "threads": threads, "runs": per * BLOCKS, "kernels": lowered,
-            "ort_s": o, "ratio": o / med["total"], "aa": o / o2, "max_rel_err": err, **med}
+            "ort_s": o, "ratio": o / med["total"], "native_s": n_s, "ratio_native": o / n_s,
+            "native_share": min(1.0, (c1["native_calls"] - c0["native_calls"]) / max(calls, 1)),
+            "bit_identical": same, "aa": o / o2, "max_rel_err": err, **med}
 
 
 def nodes_main(a) -> int:
@@ -328,12 +343,18 @@ def nodes_main(a) -> int:
         print(json.dumps(rows, indent=1))
         return 0
     print(f"one node (or region) in a package session, --lower all on host; median us of "
-          f"{rows[0]['runs']} runs a side; ratio = ORT / edgeops; native plans off")
-    print(f"{'family':14} {'thr':>3} {'ORT':>8} {'edgeops':>8} {'ratio':>6} {'A/A':>5} "
+          f"{rows[0]['runs']} runs a side; ratio = ORT / edgeops; 'python': native programs off "
+          f"(split in phases), 'native': the default (share: calls run natively; same: outputs "
+          f"bit-identical to the Python path)")
+    print(f"{'family':14} {'thr':>3} {'ORT':>8} {'native':>8} {'ratio':>6} {'share':>5} "
+          f"{'same':>4} {'python':>8} {'ratio':>6} {'A/A':>5} "
           + " ".join(f"{p:>10}" for p in PHASES))
     for r in rows:
-        print(f"{r['family']:14} {r['threads']:>3} {1e6 * r['ort_s']:8.1f} {1e6 * r['total']:8.1f} "
-              f"{r['ratio']:6.2f} {r['aa']:5.2f} " + " ".join(f"{1e6 * r[p]:10.1f}" for p in PHASES))
+        print(f"{r['family']:14} {r['threads']:>3} {1e6 * r['ort_s']:8.1f} "
+              f"{1e6 * r['native_s']:8.1f} {r['ratio_native']:6.2f} {r['native_share']:5.2f} "
+              f"{'yes' if r['bit_identical'] else 'NO':>4} {1e6 * r['total']:8.1f} "
+              f"{r['ratio']:6.2f} {r['aa']:5.2f} "
+              + " ".join(f"{1e6 * r[p]:10.1f}" for p in PHASES))
     return 0
 
 

@@ -55,6 +55,11 @@ class Kernel:
     # plans (edgeops.ort.native calls it while a session is made, not inside a run); None: its
     # chains have no native plan
     plans: Callable | None = field(default=None, compare=False, repr=False)
+    # the kernel prepared as a native step (edgeops.plans): native(inputs, attrs, threads=,
+    # state=, tiling=) -> NativeStep, or a string saying why these inputs cannot be (inputs:
+    # held constants as arrays, runtime inputs as arrays of their shapes; state: the node's
+    # dispatch state). None: the kernel runs only from Python.
+    native: Callable | None = field(default=None, compare=False, repr=False)
 
     def applies(self, node: NodeLike) -> tuple[bool, str]:
         dt = _node_dtype(node)
@@ -88,9 +93,10 @@ def op_key(op_type: str, domain: str = "") -> str:
 def register_kernel(op: str, target: str, *, dtypes: Sequence[str] = ("fp32",),
                     predicate: Predicate | None = None, priority: int = 0,
                     name: str | None = None, doc: str = "", stage: Callable | None = None,
-                    plans: Callable | None = None):
+                    plans: Callable | None = None, native: Callable | None = None):
     """Decorator: ``@register_kernel("Conv", "neon", dtypes=("fp32",), priority=10)``.
-    ``stage``, ``plans``: see :attr:`Kernel.stage`, :attr:`Kernel.plans`.
+    ``stage``, ``plans``, ``native``: see :attr:`Kernel.stage`, :attr:`Kernel.plans`,
+    :attr:`Kernel.native`.
 
     A second kernel with the same name, or a second one for the same (op, target) at the same
     priority, is a programming error and raises at import time.
@@ -101,7 +107,7 @@ def register_kernel(op: str, target: str, *, dtypes: Sequence[str] = ("fp32",),
     def deco(fn):
         kname = name or f"{target}.{fn.__name__}"
         k = Kernel(op, target, kname, fn, tuple(dtypes), predicate, priority,
-                   doc or (fn.__doc__ or "").strip().split("\n")[0], stage, plans)
+                   doc or (fn.__doc__ or "").strip().split("\n")[0], stage, plans, native)
         if kname in _BY_NAME:
             raise RuntimeError(f"kernel {kname!r} registered twice ({_BY_NAME[kname].fn.__module__} "
                                f"and {fn.__module__})")

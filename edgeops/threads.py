@@ -173,6 +173,18 @@ class ThreadChoice:
         t = self._by_threads.get(threads)
         return None if t is None else t.pick
 
+    def settle(self, threads: int, trial=None):
+        """The choice for ``threads``, made now if it is still timing by ``trial()`` calls (each
+        a call that times itself into this choice, capped to ``threads``): what a native step
+        fixes while it is made, not while serving. None when there is no trial or it did not
+        decide."""
+        if trial is not None:
+            for _ in range(self.calls_to_decide() + 2):
+                if self.decided(threads) is not None:
+                    break
+                capped(threads, trial)
+        return self.decided(threads)
+
     def calls_to_decide(self) -> int:
         """How many calls, one after another, the first choice takes."""
         rounds = -(-self.trials // (self.block - 1))

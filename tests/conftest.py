@@ -42,3 +42,15 @@ def rng(request):
     # a different but reproducible stream per test
     seed = zlib.crc32(request.node.nodeid.encode())
     return np.random.default_rng(seed)
+
+
+@pytest.fixture
+def bridge(unavailable):
+    """The native library (built and self-tested once per test session's cache)."""
+    import shutil
+    from edgeops.ort import native
+    if shutil.which("cc") is None and shutil.which("gcc") is None:
+        unavailable("no C compiler: the native bridge is built with cc")
+    st = native.status()
+    assert st["used"], f"native bridge not used: {st['why']}"
+    return native

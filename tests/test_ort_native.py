@@ -1,14 +1,13 @@
 """The native bridge (edgeops.ort.native): ai.edgeops nodes as C custom ops that call the same
-Python functions as onnxruntime-extensions' bridge, and norm-chain regions run from a native
-plan without Python. Each path is checked against the other and against numpy float64."""
+Python functions as onnxruntime-extensions' bridge, and nodes and regions run from native
+programs without Python (tests/test_native_plans.py: every kernel family). Each path is
+checked against the other and against numpy float64."""
 from __future__ import annotations
 
 import gc
 import math
-import shutil
 
 import numpy as np
-import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
@@ -16,16 +15,6 @@ import edgeops.ort as eort
 from edgeops.lower import lower
 from edgeops.ops import EDGEOPS_DOMAIN
 from edgeops.ort import native
-
-
-@pytest.fixture
-def bridge(unavailable):
-    """The native library (built and self-tested once per test session's cache)."""
-    if shutil.which("cc") is None and shutil.which("gcc") is None:
-        unavailable("no C compiler: the native bridge is built with cc")
-    st = native.status()
-    assert st["used"], f"native bridge not used: {st['why']}"
-    return native
 
 
 def _model(nodes, inits, inputs, outputs, opset=21):
@@ -82,7 +71,7 @@ def _reference(kind, x, inits, n):
 
 
 def _planned_handles():
-    return [h for h, st in native._planning.items() if st[1] is not None]
+    return list(native._published)
 
 
 @pytest.mark.parametrize("kind,shape", [("ln", (3, 37, 130)), ("gn", (2, 12, 9, 23))])
@@ -154,28 +143,21 @@ def test_an_input_of_another_size_goes_through_python(bridge, rng):
         np.testing.assert_allclose(y, want, rtol=2e-5, atol=2e-5 * np.abs(want).max())
 
 
-def test_a_plan_hands_calls_back_to_python_after_its_share_and_is_made_again(
-        bridge, rng, monkeypatch):
-    """After PLAN_CALLS calls the library drops a plan; the calls then go through Python until
-    the chain's thread choice could revisit (REVISIT_WAIT), and a plan is made again."""
-    monkeypatch.setattr(native, "PLAN_CALLS", 4)
-    monkeypatch.setattr(native, "_revisit_wait", lambda: 3)
-    through_python = []
-    real = native._plan
-
-    def spy(handle, spec, shape, kernel):
-        through_python.append(native._planning[handle][1] is not None)
-        real(handle, spec, shape, kernel)
-    monkeypatch.setattr(native, "_plan", spy)
+def test_a_program_once_published_serves_every_call_and_is_never_retimed(bridge, rng):
+    """Thread teams are fixed when a program is made: from then on every call of the region
+    runs natively (none through Python), with the same bits."""
     m, inits = _norm_chain(rng, "ln", 2, (3, 5, 48))
     s = eort.session(lower(m, "rpi5", mode="all").model, "neon")
     x = rng.standard_normal((3, 5, 48)).astype(np.float32)
-    outs = [s.run(None, {"x": x})[0] for _ in range(60)]
-    drops = sum(through_python)       # Python calls that found the plan dropped
-    assert drops >= 5, through_python
-    assert len(through_python) < 60 * 0.7   # most calls still ran from a plan
-    for o in outs[1:]:
-        np.testing.assert_array_equal(o, outs[0])
+    first = [s.run(None, {"x": x})[0] for _ in range(30)]
+    assert _planned_handles(), list(native.plan_failures)
+    c0 = native.counters()
+    outs = [s.run(None, {"x": x})[0] for _ in range(500)]
+    c1 = native.counters()
+    assert c1["python_calls"] == c0["python_calls"]
+    assert c1["native_calls"] - c0["native_calls"] == 500
+    for o in outs:
+        np.testing.assert_array_equal(o, first[0])
 
 
 def test_a_kernel_failure_through_the_native_bridge_raises_after_run(bridge, rng, capfd):
@@ -281,7 +263,7 @@ ts = [threading.Thread(target=worker, args=(i,)) for i in range(8)]
 [t.start() for t in ts]
 [t.join() for t in ts]
 from edgeops.ort import native
-print(runs[0], len(bad), bad[:3], native.status()["used"], bool(native._planning))
+print(runs[0], len(bad), bad[:3], native.status()["used"], bool(native._published))
 '''
 
 

@@ -196,7 +196,8 @@ def test_consecutive_norms_run_as_one_pass(rng, monkeypatch, make, shape):
     for k in got:
         np.testing.assert_array_equal(got[k], per_node[k])
     s.run(None, feeds)      # the chain's stacked parameters are made once (held constants)
-    assert calls == [4, 4] and len(region._made) == 1
+    # (lone norm nodes run as one-stage chains: their native steps' Python path)
+    assert [k for k in calls if k > 1] == [4, 4] and len(region._made) == 1
 
 
 def test_a_chain_keeps_only_the_intermediates_read_outside_it(rng, monkeypatch):
@@ -232,8 +233,12 @@ def test_a_chain_after_a_side_output_and_its_failure_fall_back_to_nodes(rng, mon
     ops = [n.op_type for n in lw.model.graph.node]
     assert list(region.chains) == [2] and region.chains[2][0] == len(ops), ops
 
-    def broken(self, x, keep=None):
-        raise EdgeOpsError("no")
+    real = norms.Chain.__call__
+
+    def broken(self, x, keep=None):   # a fused pass fails; a lone node's one-stage chain works
+        if self.k > 1:
+            raise EdgeOpsError("no")
+        return real(self, x, keep)
     monkeypatch.setattr(norms.Chain, "__call__", broken)
     feeds = {"x": rng.standard_normal((2, 3, 29)).astype(np.float32)}
     got = dict(zip([o.name for o in s.get_outputs()], s.run(None, feeds)))

@@ -140,6 +140,31 @@ class _Dispatch:
         outs = k.fn(xs, self.attrs, **kw)
         return [outs] if isinstance(outs, np.ndarray) else outs
 
+    def native_step(self, inputs):
+        """This node as a native step (:mod:`edgeops.plans`) for the inputs of a call that just
+        ran through Python (the bridge's, placeholders included); None while its kernel cannot
+        say yet (a thread choice still timing), a string when it never will for these inputs."""
+        if self.nan_guard:
+            return "the manifest's nan_guard checks every call from Python"
+        xs = self.inputs(inputs)
+        k = self.kernel
+        if k is None:
+            k = self._by_shape.get(tuple([None if x is None else x.shape for x in xs]))
+        if k is None or k.native is None:
+            return f"kernel {k.name if k else '?'} has no native entry"
+        if "fp32" not in k.dtypes:
+            return f"kernel {k.name} computes in {'/'.join(k.dtypes)}"
+        from edgeops.threads import num_threads
+        threads = num_threads() if self.threads is None else min(self.threads, num_threads())
+        kw = {"threads": threads, "state": self.state, "held": frozenset(self.held)}
+        if self.tiling is not None:
+            kw["tiling"] = self.tiling
+        step = k.native(xs, self.attrs, **kw)
+        if step is not None and not isinstance(step, str) and len(step.reads) != len(step.inputs):
+            return (f"kernel {k.name}: its step reads {len(step.reads)} inputs, declares "
+                    f"{len(step.inputs)}")
+        return step
+
     def _fp16(self, i):
         h = self._half.get(i)
         if h is None:

@@ -6,8 +6,10 @@
  * node's attributes to a Python dict on every call and copies every output back; this library
  * passes pointers instead, and the string attribute is read once, when ONNX Runtime makes the
  * kernel. Python is entered through a ctypes callback (which takes the GIL itself). A kernel
- * may also be given a plan (Python publishes one for a region that is one fused norm chain):
- * native code that its calls with an input of the plan's size then run without Python.
+ * may also be given a program (Python publishes one after the node's first call): native
+ * entries, one per lowered node or fused chain, that its calls with inputs of the program's
+ * types and shapes then run without Python and without the GIL, intermediates and the entries'
+ * scratch in an arena taken from the kernel's own pool.
  *
  * The OrtApi struct is an append-only table of function pointers (ONNX Runtime never reorders
  * it), so this file names the slots it uses by index instead of including onnxruntime_c_api.h,
@@ -83,23 +85,59 @@ typedef struct {
 } Op;
 
 /* Python's side: make a kernel from (op index, its dispatch string) -> handle (< 0: refused);
- * run one call (handle, context, call description, the kernel for edgeops_native_set_plan) -> 0
+ * run one call (handle, context, call description, the kernel for edgeops_native_publish) -> 0
  * or an error. */
 typedef int64_t (*CreateFn)(int64_t op, const char *spec, int64_t len);
 typedef int32_t (*ComputeFn)(int64_t handle, void *context, int64_t *desc, void *kernel);
 
-/* A plan: one call compiled to native code (a Numba cfunc) for one input size, which ONNX
- * Runtime's thread runs without entering Python: fn(input 0, output 0 shaped as input 0, the
- * plan's arrays and values, which Python keeps alive). Immutable once published; a kernel's
- * plan pointer is swapped whole. */
-typedef void (*PlanFn)(const float *x, float *y, void *const *arrays, const int64_t *values);
+/* A program: the kernel's call as native entries run one after another, without Python.
+ * An entry (a Numba cfunc a target compiled) is
+ *   int32_t entry(void *const *args, void *const *arrays, const int64_t *values, void *scratch)
+ * args: its inputs' then its outputs' data; arrays, values: what the entry was prepared with
+ * (Python keeps them alive as long as the kernel); scratch: its own bytes of the arena; 0 when
+ * it ran, else the call goes to Python (which runs the node's kernel and its fallback rules).
+ * Buffers: the call's inputs, its outputs, then intermediates (offsets into the arena). Shapes
+ * are fixed when the program is made; a call whose inputs differ goes to Python. Immutable once
+ * published, except its arena pool: POOL arenas, taken lock-free (a bit each); a call finding
+ * them all taken allocates one for itself, and that is counted. */
+#define MAX_IO 16
+#define MAX_ARGS 24
+#define MAX_BUF 256
+#define POOL 8
+typedef int32_t (*EntryFn)(void *const *args, void *const *arrays, const int64_t *values,
+                           void *scratch);
 typedef struct {
-  PlanFn fn;
+  EntryFn fn;
   void *const *arrays;
   const int64_t *values;
-  int64_t elems;            /* input 0's element count it was made for */
-  int64_t limit;            /* calls it serves before the kernel hands calls to Python again */
-} Plan;
+  int32_t n_args;
+  int32_t arg[MAX_ARGS];
+  int32_t team;             /* the kernels' thread team for this step (0: as the caller's) */
+} Step;
+
+/* The kernels' thread-team count (Numba's threading layer: thread-local), set around a step
+ * whose team differs from the calling thread's; NULL until Python hands them over. */
+typedef int (*GetThreads)(void);
+typedef void (*SetThreads)(int);
+static GetThreads get_threads;
+static SetThreads set_threads;
+typedef struct {
+  int32_t n_in, n_out, n_steps, n_buf;
+  int32_t in_check[MAX_IO], in_type[MAX_IO], in_rank[MAX_IO], out_rank[MAX_IO];
+  int64_t in_dims[MAX_IO][MAX_DIMS], out_dims[MAX_IO][MAX_DIMS];
+  int64_t buf_off[MAX_BUF];  /* intermediates' byte offsets in the arena (inputs, outputs: -1) */
+  int64_t arena;            /* bytes of one arena */
+  int64_t scratch_off;      /* where the entries' own scratch starts in it */
+  Step *steps;
+  void *slot[POOL];
+  uint32_t busy;            /* bit s: slot s is taken */
+} Program;
+
+/* Live counts and totals (read by edgeops_native_counters). */
+enum { C_PROGRAMS, C_NATIVE_CALLS, C_PYTHON_CALLS, C_POOL_BYTES, C_OVERFLOW, C_ENTRY_FAILED,
+       C_MISMATCH, C_COUNT };
+static int64_t counters[C_COUNT];
+#define COUNT(i, d) __atomic_add_fetch(&counters[i], (d), __ATOMIC_RELAXED)
 
 static Op ops[MAX_OPS];
 static int n_ops;
@@ -118,8 +156,7 @@ static __thread int64_t desc[DESC_LEN];
 
 typedef struct {
   int64_t handle;
-  Plan *plan;               /* NULL: every call goes to Python */
-  int64_t plan_runs;
+  Program *prog;            /* NULL: every call goes to Python */
 } Kernel;
 
 static int failed(OrtStatus *st) {
@@ -141,8 +178,7 @@ static void *op_create(const OrtCustomOp *op, const Slot *a, const void *info) {
   Kernel *k = malloc(sizeof(Kernel));
   if (k == NULL) return NULL;
   k->handle = -1;
-  k->plan = NULL;
-  k->plan_runs = 0;
+  k->prog = NULL;
   size_t size = 0;
   if (api == NULL) api = a;
   /* With no buffer it only sets the size. */
@@ -181,27 +217,116 @@ static int read_input(void *context, size_t i, void **data, int *et, int64_t *di
   return 0;
 }
 
-/* Run ``plan`` if input 0 has its size and it has calls left (else drop it: Python then times
- * the call's ways again and may publish another): 1 when it ran. */
-static int run_plan(Kernel *k, Plan *plan, void *context) {
+static void *arena_alloc(int64_t bytes) {
+  void *p = NULL;
+  if (posix_memalign(&p, 64, (size_t)(bytes > 0 ? bytes : 64)) != 0) return NULL;
+  return p;
+}
+
+/* An arena of ``p``: a free pool slot (made on its first use), else one of its own (``*own``
+ * set: the caller frees it). NULL when out of memory. */
+static void *take_arena(Program *p, int *slot, int *own) {
+  *own = 0;
+  for (int s = 0; s < POOL; s++) {
+    uint32_t bit = 1u << s, old = __atomic_load_n(&p->busy, __ATOMIC_RELAXED);
+    while (!(old & bit)) {
+      if (__atomic_compare_exchange_n(&p->busy, &old, old | bit, 1, __ATOMIC_ACQUIRE,
+                                      __ATOMIC_RELAXED)) {
+        if (p->slot[s] == NULL) {          /* only the taker of bit s touches slot s */
+          p->slot[s] = arena_alloc(p->arena);
+          if (p->slot[s] == NULL) {
+            __atomic_fetch_and(&p->busy, ~bit, __ATOMIC_RELEASE);
+            return NULL;
+          }
+          COUNT(C_POOL_BYTES, p->arena);
+        }
+        *slot = s;
+        return p->slot[s];
+      }
+    }
+  }
+  COUNT(C_OVERFLOW, 1);
+  *own = 1;
+  *slot = -1;
+  return arena_alloc(p->arena);
+}
+
+static void give_arena(Program *p, void *arena, int slot, int own) {
+  if (own) free(arena);
+  else if (slot >= 0) __atomic_fetch_and(&p->busy, ~(1u << slot), __ATOMIC_RELEASE);
+}
+
+/* Run program ``p`` for this call: 1 when it ran, 0 when the call must go to Python (inputs of
+ * other types or shapes, ONNX Runtime refused something, an entry failed). */
+static int run_program(Program *p, void *context) {
+  typedef OrtStatus *(*GetCount)(const void *, size_t *);
   typedef OrtStatus *(*GetOutput)(void *, size_t, const int64_t *, size_t, void **);
   typedef OrtStatus *(*Data)(const void *, void **);
-  void *x = NULL, *out = NULL, *y = NULL;
-  int et = 0;
-  size_t rank = 0;
-  int64_t dims[MAX_DIMS], elems = 1;
-  if (read_input(context, 0, &x, &et, dims, &rank, MAX_DIMS) != 0) return 0;
-  for (size_t i = 0; i < rank; i++) elems *= dims[i];
-  if (elems != plan->elems) return 0;
-  if (__atomic_add_fetch(&k->plan_runs, 1, __ATOMIC_RELAXED) > plan->limit) {
-    __atomic_store_n(&k->plan, NULL, __ATOMIC_RELEASE);   /* the old one stays allocated: */
-    return 0;                                            /* another thread may be running it */
-  }
-  if (failed(CALL(S_KernelContext_GetOutput, GetOutput)(context, 0, dims, rank, &out))
-      || out == NULL || failed(CALL(S_GetTensorMutableData, Data)(out, &y)))
+  void *buf[MAX_BUF];
+  void *args[MAX_ARGS];
+  size_t n = 0;
+  if (failed(CALL(S_KernelContext_GetInputCount, GetCount)(context, &n)) || n < (size_t)p->n_in)
     return 0;
-  plan->fn((const float *)x, (float *)y, plan->arrays, plan->values);
+  for (int i = 0; i < p->n_in; i++) {
+    buf[i] = NULL;
+    if (!p->in_check[i]) continue;         /* a placeholder: the entry holds the constant */
+    int et = 0;
+    size_t rank = 0;
+    int64_t dims[MAX_DIMS];
+    if (read_input(context, (size_t)i, &buf[i], &et, dims, &rank, MAX_DIMS) != 0) return 0;
+    if (et != p->in_type[i] || (int32_t)rank != p->in_rank[i]
+        || memcmp(dims, p->in_dims[i], rank * sizeof(int64_t)) != 0) {
+      COUNT(C_MISMATCH, 1);
+      return 0;
+    }
+  }
+  for (int j = 0; j < p->n_out; j++) {
+    void *value = NULL;
+    if (failed(CALL(S_KernelContext_GetOutput, GetOutput)(context, (size_t)j, p->out_dims[j],
+                                                          (size_t)p->out_rank[j], &value))
+        || value == NULL || failed(CALL(S_GetTensorMutableData, Data)(value, &buf[p->n_in + j])))
+      return 0;
+  }
+  int slot = -1, own = 0;
+  char *arena = NULL;
+  if (p->arena > 0) {
+    arena = take_arena(p, &slot, &own);
+    if (arena == NULL) return 0;
+  }
+  for (int b = p->n_in + p->n_out; b < p->n_buf; b++) buf[b] = arena + p->buf_off[b];
+  int ok = 1;
+  int before = get_threads != NULL ? get_threads() : 0, now = before;
+  for (int s = 0; s < p->n_steps && ok; s++) {
+    Step *st = &p->steps[s];
+    for (int a = 0; a < st->n_args; a++) args[a] = buf[st->arg[a]];
+    int want = st->team > 0 ? st->team : before;
+    if (want != now && set_threads != NULL) {
+      set_threads(want);
+      now = want;
+    }
+    if (st->fn(args, st->arrays, st->values, arena == NULL ? NULL : arena + p->scratch_off) != 0)
+      ok = 0;
+  }
+  if (now != before && set_threads != NULL) set_threads(before);
+  if (arena != NULL) give_arena(p, arena, slot, own);
+  if (!ok) {
+    COUNT(C_ENTRY_FAILED, 1);
+    return 0;
+  }
+  COUNT(C_NATIVE_CALLS, 1);
   return 1;
+}
+
+static void free_program(Program *p) {
+  if (p == NULL) return;
+  for (int s = 0; s < POOL; s++)
+    if (p->slot[s] != NULL) {
+      free(p->slot[s]);
+      COUNT(C_POOL_BYTES, -p->arena);
+    }
+  free(p->steps);
+  free(p);
+  COUNT(C_PROGRAMS, -1);
 }
 
 /* desc: [n_in, words after desc[1], then per input: data address, element type, rank, dims...];
@@ -214,8 +339,9 @@ static void op_compute(void *kernel, void *context) {
   desc[0] = -1;
   desc[1] = 0;
   if (k == NULL || py_compute == NULL) return;
-  Plan *plan = __atomic_load_n(&k->plan, __ATOMIC_ACQUIRE);
-  if (plan != NULL && run_plan(k, plan, context)) return;
+  Program *prog = __atomic_load_n(&k->prog, __ATOMIC_ACQUIRE);
+  if (prog != NULL && run_program(prog, context)) return;
+  COUNT(C_PYTHON_CALLS, 1);
   if (!failed(CALL(S_KernelContext_GetInputCount, GetCount)(context, &n))) {
     size_t i;
     for (i = 0; i < n; i++) {
@@ -249,13 +375,13 @@ static void op_destroy(void *kernel) {
     if (n_dead < MAX_DEAD) dead[n_dead++] = k->handle;
     pthread_mutex_unlock(&lock);
   }
-  free(k->plan);            /* plans it dropped earlier stay allocated (see run_plan) */
+  free_program(k->prog);    /* ONNX Runtime runs no call of a kernel it destroys */
   free(k);
 }
 
 /* ---- called from Python (ctypes) ---------------------------------------------------------- */
 
-int edgeops_native_abi(void) { return 1; }
+int edgeops_native_abi(void) { return 2; }
 
 /* NULLs at interpreter exit: a kernel run after it then does nothing. */
 void edgeops_native_callbacks(CreateFn create, ComputeFn compute) {
@@ -323,27 +449,93 @@ void *edgeops_native_output(void *context, int64_t index, const int64_t *dims, i
   return data;
 }
 
-/* Publish a plan for kernel ``kernel`` (as handed to Python's compute): inputs of ``elems``
- * elements, for the next ``limit`` calls; 0, or -1 when out of memory. */
-int edgeops_native_set_plan(void *kernel, PlanFn fn, void *const *arrays, const int64_t *values,
-                            int64_t elems, int64_t limit) {
+/* Publish program ``desc`` (``words`` int64 words, laid out as edgeops/ort/native.py's
+ * _program writes them) for kernel ``kernel`` (as handed to Python's compute), its steps'
+ * entries, arrays and values in ``fns``, ``arrays``, ``values``; one arena is made now. 0, -1
+ * when the description is malformed or memory ran out, -2 when the kernel has one already. */
+int edgeops_native_publish(void *kernel, const int64_t *desc, int64_t words, void *const *fns,
+                           void *const *arrays, void *const *values) {
   Kernel *k = kernel;
-  Plan *p = malloc(sizeof(Plan));
+  int64_t pos = 0;
+#define TAKE(v) do { if (pos >= words) goto bad; (v) = desc[pos++]; } while (0)
+  Program *p = calloc(1, sizeof(Program));
   if (p == NULL) return -1;
-  p->fn = fn;
-  p->arrays = arrays;
-  p->values = values;
-  p->elems = elems;
-  p->limit = limit;
-  __atomic_store_n(&k->plan_runs, 0, __ATOMIC_RELAXED);
-  __atomic_store_n(&k->plan, p, __ATOMIC_RELEASE);
+  int64_t fmt, n_in, n_out, n_steps, n_mid, v;
+  TAKE(fmt); TAKE(n_in); TAKE(n_out); TAKE(n_steps); TAKE(n_mid); TAKE(p->arena);
+  TAKE(p->scratch_off);
+  if (fmt != 2 || n_in < 0 || n_in > MAX_IO || n_out < 1 || n_out > MAX_IO || n_steps < 1
+      || n_mid < 0 || n_in + n_out + n_mid > MAX_BUF || p->arena < 0 || p->scratch_off < 0
+      || p->scratch_off > p->arena)
+    goto bad;
+  p->n_in = (int32_t)n_in; p->n_out = (int32_t)n_out; p->n_steps = (int32_t)n_steps;
+  p->n_buf = (int32_t)(n_in + n_out + n_mid);
+  for (int i = 0; i < n_in; i++) {
+    TAKE(v); p->in_check[i] = (int32_t)v;
+    TAKE(v); p->in_type[i] = (int32_t)v;
+    TAKE(v); if (v < 0 || v > MAX_DIMS) goto bad; p->in_rank[i] = (int32_t)v;
+    for (int d = 0; d < p->in_rank[i]; d++) TAKE(p->in_dims[i][d]);
+  }
+  for (int j = 0; j < n_out; j++) {
+    TAKE(v); if (v < 0 || v > MAX_DIMS) goto bad; p->out_rank[j] = (int32_t)v;
+    for (int d = 0; d < p->out_rank[j]; d++) TAKE(p->out_dims[j][d]);
+  }
+  for (int b = 0; b < p->n_buf; b++) p->buf_off[b] = -1;
+  for (int m = 0; m < n_mid; m++) {
+    TAKE(v); if (v < 0 || v > p->arena) goto bad; p->buf_off[n_in + n_out + m] = v;
+  }
+  p->steps = calloc((size_t)n_steps, sizeof(Step));
+  if (p->steps == NULL) goto bad;
+  for (int s = 0; s < n_steps; s++) {
+    Step *st = &p->steps[s];
+    TAKE(v); if (v < 1 || v > MAX_ARGS) goto bad; st->n_args = (int32_t)v;
+    for (int a = 0; a < st->n_args; a++) {
+      TAKE(v); if (v < 0 || v >= p->n_buf) goto bad; st->arg[a] = (int32_t)v;
+    }
+    TAKE(v); if (v < 0 || v > 4096) goto bad; st->team = (int32_t)v;
+    if (st->team > 0 && set_threads == NULL) goto bad;
+    st->fn = (EntryFn)fns[s];
+    st->arrays = (void *const *)arrays[s];
+    st->values = (const int64_t *)values[s];
+    if (st->fn == NULL) goto bad;
+  }
+  if (pos != words) goto bad;
+#undef TAKE
+  COUNT(C_PROGRAMS, 1);
+  if (p->arena > 0) {            /* the pool's first arena now, while the session is made */
+    p->slot[0] = arena_alloc(p->arena);
+    if (p->slot[0] == NULL) { free_program(p); return -1; }
+    COUNT(C_POOL_BYTES, p->arena);
+  }
+  Program *none = NULL;
+  if (!__atomic_compare_exchange_n(&k->prog, &none, p, 0, __ATOMIC_RELEASE, __ATOMIC_RELAXED)) {
+    free_program(p);
+    return -2;
+  }
   return 0;
+bad:
+  free(p->steps);
+  free(p);
+  return -1;
 }
 
-/* Whether kernel ``kernel`` has a plan (a call through Python with one: an input of another
- * size). */
-int edgeops_native_plan_active(void *kernel) {
-  return __atomic_load_n(&((Kernel *)kernel)->plan, __ATOMIC_ACQUIRE) != NULL;
+/* The threading layer's get/set of the calling thread's team size (see Step.team). */
+void edgeops_native_threads(GetThreads get, SetThreads set) {
+  get_threads = get;
+  set_threads = set;
+}
+
+/* Whether kernel ``kernel`` has a program. */
+int edgeops_native_has_program(void *kernel) {
+  return __atomic_load_n(&((Kernel *)kernel)->prog, __ATOMIC_ACQUIRE) != NULL;
+}
+
+/* Counters into ``out`` (at most ``cap``): live programs, calls run natively, calls through
+ * Python, bytes of live pool arenas, arenas allocated past a pool, entries that failed, calls
+ * whose inputs did not match their kernel's program. How many written. */
+int64_t edgeops_native_counters(int64_t *out, int64_t cap) {
+  int64_t n = 0;
+  for (; n < cap && n < C_COUNT; n++) out[n] = __atomic_load_n(&counters[n], __ATOMIC_RELAXED);
+  return n;
 }
 
 /* ONNX Runtime's entry (SessionOptions.register_custom_ops_library): one domain with every op

@@ -5,24 +5,33 @@ Why. onnxruntime-extensions' bridge copies every input of a custom node into a n
 turns the node's attributes into a Python dict on every call and copies every output back. For
 a memory-bound fused chain that is about a quarter of the node (figures:
 docs/notes/ort-bridge.md, ``benchmarks/region_breakdown.py``). The library registers the same
-op names, with the same fp32 inputs and outputs, in domain :data:`NATIVE_DOMAIN`; each call
-enters Python through a ctypes callback (which takes the GIL), the inputs handed over as
-read-only numpy views of ONNX Runtime's own tensors, the node's dispatch string read once per
-kernel, and the outputs copied once into ONNX Runtime's buffers. The Python function called is
-the one the onnxruntime-extensions path calls (:func:`edgeops.ort.bridge.op_table`), so kernels,
-regions, fallback rules and error recording behave the same.
+op names, with the same fp32 inputs and outputs, in domain :data:`NATIVE_DOMAIN`.
+
+Two paths per call. A kernel (one node or region of one session) whose kernels all have native
+entries (:mod:`edgeops.plans`) is prepared, after its first call, as a *program*: the entries
+with their held data, run by the library on ONNX Runtime's buffers without Python or the GIL,
+intermediates in an arena from the kernel's own pool. Every other call enters Python through a
+ctypes callback (which takes the GIL): the inputs handed over as read-only numpy views of ONNX
+Runtime's tensors, the node's dispatch string read once per kernel, the outputs copied once
+into ONNX Runtime's buffers. The Python function called is the one the onnxruntime-extensions
+path calls (:func:`edgeops.ort.bridge.op_table`), so kernels, regions, fallback rules and error
+recording behave the same; it calls the same compiled kernels as the programs, with the same
+thread teams, so both paths give the same bits. Why a node runs through Python:
+:data:`plan_failures`; what runs natively: :func:`programs`, :func:`counters`.
 
 Where it is used. :func:`edgeops.ort.session` (so packages, ``edgeops run``, the lowering's
 measurements) moves a prepared model's nodes to the native domain when the library is available;
 :func:`edgeops.ort.register` and :func:`edgeops.ort.prepare` in a user's own session keep the
-onnxruntime-extensions ops. ``EDGEOPS_NATIVE_BRIDGE=0`` turns it off.
+onnxruntime-extensions ops. ``EDGEOPS_NATIVE_BRIDGE=0`` turns it off;
+``EDGEOPS_NATIVE_PLANS=0`` keeps the bridge but runs every call through Python.
 
 Building. The library is compiled on first use with the C compiler (``$CC``, else ``cc``) into
 ``<edgeops cache>/native/`` (``$EDGEOPS_CACHE_DIR``, else ``~/.cache/edgeops``), keyed by the
 source, the machine and ONNX Runtime's version, then checked once in a child process by running
-a small session through it against numpy (the library names ONNX Runtime's C API entries by
-their index in its table: a mismatch must not reach a user's process). Without a compiler, or
-if that check fails, sessions use onnxruntime-extensions, and :func:`status` says why.
+a small session through it against numpy, its programs included (the library names ONNX
+Runtime's C API entries by their index in its table: a mismatch must not reach a user's
+process). Without a compiler, or if that check fails, sessions use onnxruntime-extensions, and
+:func:`status` says why.
 """
 from __future__ import annotations
 
@@ -184,7 +193,7 @@ _COMPUTE = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_int64, ctypes.c_void_p, cty
 
 def _load(path: Path):
     lib = ctypes.CDLL(str(path))
-    if lib.edgeops_native_abi() != 1:
+    if lib.edgeops_native_abi() != 2:
         raise _Unavailable(f"{path} is another version of the library; delete it")
     lib.edgeops_native_declare.argtypes = [ctypes.c_char_p, ctypes.c_int64, ctypes.c_int64]
     lib.edgeops_native_declare.restype = ctypes.c_int64
@@ -194,11 +203,14 @@ def _load(path: Path):
     lib.edgeops_native_take_dead.argtypes = [ctypes.c_void_p, ctypes.c_int64]
     lib.edgeops_native_take_dead.restype = ctypes.c_int64
     lib.edgeops_native_callbacks.argtypes = [_CREATE, _COMPUTE]
-    lib.edgeops_native_set_plan.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
-                                            ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64]
-    lib.edgeops_native_set_plan.restype = ctypes.c_int
-    lib.edgeops_native_plan_active.argtypes = [ctypes.c_void_p]
-    lib.edgeops_native_plan_active.restype = ctypes.c_int
+    lib.edgeops_native_publish.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
+                                           ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+    lib.edgeops_native_publish.restype = ctypes.c_int
+    lib.edgeops_native_has_program.argtypes = [ctypes.c_void_p]
+    lib.edgeops_native_has_program.restype = ctypes.c_int
+    lib.edgeops_native_counters.argtypes = [ctypes.c_void_p, ctypes.c_int64]
+    lib.edgeops_native_counters.restype = ctypes.c_int64
+    lib.edgeops_native_threads.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
     from edgeops.ort.bridge import op_table
     for name, n_in, n_out, fn in op_table():
         i = lib.edgeops_native_declare(name.encode(), n_in, n_out)
@@ -228,75 +240,207 @@ def _create(op, spec, n):
         got = _lib.edgeops_native_take_dead(_dead.ctypes.data, _dead.size)
         for h in _dead[:got].tolist():
             _kernels.pop(h, None)
-            _planning.pop(h, None)
+            _pending.pop(h, None)
+            _published.pop(h, None)
         name, n_out, fn = _ops[op]
         h = next(_handles)
         _kernels[h] = (fn, (spec or b"").decode(), n_out, name)
-        if plans_wanted() and name.startswith(_REGION):
-            _watch(h, _kernels[h][1])
+        if plans_wanted():
+            _watch(h, name, _kernels[h][1])
         return h
     except BaseException:  # noqa: BLE001  (nothing may escape into ONNX Runtime)
         return -1
 
 
-# Plans. A region that is one fused norm chain (edgeops.ort.regions._Region.native_plan) is
-# compiled, once its chain's thread choice is made, to a cfunc that the library runs for later
-# calls without entering Python at all: no GIL, no numpy objects, X read and Y written in ONNX
-# Runtime's buffers. After PLAN_CALLS such calls the library hands calls to Python again until
-# the chain's ThreadChoice has revisited its choice (_revisit_wait() calls cover a whole
-# revisit), then the region is planned again the way that choice now says.
-_REGION = "Region_"
-PLAN_CALLS = 4096
-_planning: dict[int, list] = {}   # handle -> [calls to let pass, plan in use, plans published]
-plan_failures: deque = deque(maxlen=64)   # why regions could not be planned (run via Python)
+# Programs. Every node and region whose kernels have native entries (edgeops.plans) is
+# prepared, after its first call through Python (which fixes its shapes and makes its held
+# state: packed weights, chains), as one program: its steps' entries with their arrays and
+# values, run by the library without Python or the GIL from then on. Thread teams are fixed
+# when a step is made (a thread choice still timing is settled then, by timed calls of the
+# kernel; a step that still cannot say is tried again on the next calls, at most PLAN_TRIES),
+# never re-timed while serving.
+PLAN_TRIES = 64
+_pending: dict[int, list] = {}     # handle -> [calls left to try, region or None]
+_published: dict[int, tuple] = {}  # handle -> what its program's memory belongs to
+plan_failures: deque = deque(maxlen=256)   # (node or region, why it runs through Python)
+_sampled = threading.local()        # a region's slots from the call that just ran
 
 
 def plans_wanted() -> bool:
-    """Whether regions get native plans (``EDGEOPS_NATIVE_PLANS`` is not 0)."""
+    """Whether nodes get native programs (``EDGEOPS_NATIVE_PLANS`` is not 0)."""
     return switch("EDGEOPS_NATIVE_PLANS", True)
 
 
-def _watch(handle, spec) -> None:
-    """Plan region kernel ``handle`` when its calls allow (see :func:`_plan`), if it is one
-    chain; the plans' cfunc is compiled now, while ONNX Runtime makes the session (~1-2 s once
-    per process), rather than inside a run."""
+def _sample(env) -> None:
+    _sampled.env = env
+
+
+def _watch(handle, name, spec) -> None:
+    """Mark kernel ``handle`` to be prepared as a program after its first call, compiling the
+    entries its kernels have now, while ONNX Runtime makes the session."""
     from edgeops.ort import regions
+    from edgeops.ort.dispatch import resolve
     try:
-        if not regions.resolve(spec).warm_native():
+        if name.startswith(_REGION):
+            region = regions.resolve(spec)
+            region.warm_native()
+            region.sample = _sample
+        else:
+            region = None
+            k = resolve(spec).kernel
+            if k is not None and k.native is None:
+                return
+            if k is not None and k.plans is not None:
+                k.plans()
+    except Exception as e:  # noqa: BLE001  (the node still runs through Python)
+        plan_failures.append((name, f"{type(e).__name__}: {e}"))
+        return
+    _pending[handle] = [PLAN_TRIES, region]
+
+
+def _plan(handle, spec, ins, kernel) -> None:
+    """After a call of kernel ``handle`` through Python (``ins``: its inputs, still valid):
+    publish its program when every step has one."""
+    st = _pending[handle]
+    region = st[1]
+    if region is not None:
+        env, _sampled.env = getattr(_sampled, "env", None), None
+        if env is None:
             return
-    except Exception as e:  # noqa: BLE001  (the region still runs through Python)
-        plan_failures.append(f"{type(e).__name__}: {e}")
-        return
-    _planning[handle] = [0, None, []]     # [Python calls to let pass, plan in use, every plan
-    #                                       published: the library may still be running one]
-
-
-def _revisit_wait() -> int:
-    from edgeops.threads import ThreadChoice
-    return ThreadChoice.REVISIT + ThreadChoice().trials + 2
-
-
-def _plan(handle, spec, shape, kernel) -> None:
-    """After a call of region kernel ``handle`` through Python: publish its plan when it has
-    one (a call through Python while a plan was in use means the library dropped it)."""
-    st = _planning[handle]
-    if st[1] is not None:
-        if _lib.edgeops_native_plan_active(kernel):
-            return                    # a call with an input of another size
-        st[0], st[1] = _revisit_wait(), None    # dropped after PLAN_CALLS: a revisit first
-    if st[0] > 0:
+        steps = region.native_steps(env)
+        where = region.name
+    else:
+        from edgeops.ort.dispatch import resolve
+        d = resolve(spec)
+        step = d.native_step(ins)
+        steps = step if step is None or isinstance(step, str) else \
+            [(step, tuple(step.reads), tuple(range(len(step.outputs))))]
+        where = d.node
+        env = None
+    if steps is None:
         st[0] -= 1
+        if st[0] <= 0:
+            del _pending[handle]
+            plan_failures.append((where, f"not ready after {PLAN_TRIES} calls"))
         return
-    from edgeops.ort import regions
-    plan = regions.resolve(spec).native_plan(shape)
-    if plan is False:                 # this region never has one
-        del _planning[handle]
-    elif plan is not None and _lib.edgeops_native_set_plan(
-            kernel, plan.address, plan.arrays.ctypes.data, plan.values.ctypes.data,
-            plan.elements, PLAN_CALLS) == 0:
-        st[1] = plan
-        if all(p is not plan for p in st[2]):   # alive as long as the kernel (the library
-            st[2].append(plan)                  # frees no plan a call may still be running)
+    del _pending[handle]
+    if region is not None:
+        region.sample = None if not _pending_regions(region) else region.sample
+    if isinstance(steps, str):
+        plan_failures.append((where, steps))
+        return
+    n_in = region.n_in if region is not None else len(ins)
+    outputs = region.outputs if region is not None else tuple(range(len(steps[0][0].outputs)))
+    words, fns, arrs, vals, keep = _program(steps, n_in, outputs, region is not None)
+    _hand_threads()
+    rc = _lib.edgeops_native_publish(kernel, words.ctypes.data, words.size, fns.ctypes.data,
+                                     arrs.ctypes.data, vals.ctypes.data)
+    if rc == 0:
+        _published[handle] = (words, fns, arrs, vals, keep)
+    else:
+        plan_failures.append((where, f"the library refused its program ({rc})"))
+
+
+_threads_handed = []
+
+
+def _hand_threads() -> None:
+    """Give the library the threading layer's team get/set, once (started first)."""
+    if _threads_handed:
+        return
+    from edgeops.plans import prepare_numba
+    from numba.np.ufunc import parallel
+    prepare_numba()
+    get, put = parallel._get_num_threads, parallel._set_num_threads
+    _lib.edgeops_native_threads(ctypes.cast(get, ctypes.c_void_p),
+                                ctypes.cast(put, ctypes.c_void_p))
+    _threads_handed.append((get, put))
+
+
+def _pending_regions(region) -> bool:
+    return any(r is region for _c, r in _pending.values())
+
+
+def _program(steps, n_in: int, outputs, region: bool):
+    """The program's description for native.c's edgeops_native_publish: int64 words and the
+    steps' entry, arrays and values pointer tables (and what keeps them alive). Buffers: the
+    call's inputs (slots 0..n_in-1), its outputs, then intermediates in the arena.
+    ``outputs``: the slot of each output (a lone node: its outputs are slots n_in + j)."""
+    from edgeops.plans import ALIGN, ELEMENT_TYPES
+    buf: dict = {}
+    ins: dict = {}            # input slot -> (dtype, shape) as read
+    for step, reads, _w in steps:
+        for slot, (dt, shape) in zip(reads, step.inputs):
+            if slot < n_in:
+                ins[slot] = (dt, tuple(shape))
+    out_of = {}
+    for step, _r, writes in steps:
+        for slot, spec in zip(writes, step.outputs):
+            if slot is not None:
+                out_of[slot] = (spec[0], tuple(spec[1]))
+    if not region:
+        outputs = tuple(range(len(steps[0][0].outputs)))
+        steps = [(s, r, tuple(n_in + j for j in range(len(w)))) for s, r, w in steps]
+        out_of = {n_in + j: v for j, v in enumerate(steps[0][0].outputs)}
+        outputs = tuple(n_in + j for j in outputs)
+    for i in range(n_in):
+        buf[i] = i
+    for j, slot in enumerate(outputs):
+        buf[slot] = n_in + j
+    mids, off = [], 0
+    for step, _r, writes in steps:
+        for slot, (dt, shape) in zip(writes, step.outputs):
+            if slot is None or slot in buf:
+                continue
+            buf[slot] = n_in + len(outputs) + len(mids)
+            mids.append(off)
+            nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dt).itemsize
+            off += -(-nbytes // ALIGN) * ALIGN
+    scratch_off = off
+    arena = off + max((-(-s.scratch // ALIGN) * ALIGN for s, _r, _w in steps), default=0)
+    words = [2, n_in, len(outputs), len(steps), len(mids), arena, scratch_off]
+    for i in range(n_in):
+        if i in ins:
+            dt, shape = ins[i]
+            words += [1, ELEMENT_TYPES[dt], len(shape), *shape]
+        else:
+            words += [0, 0, 0]
+    for slot in outputs:
+        _dt, shape = out_of[slot]
+        words += [len(shape), *shape]
+    words += mids
+    for step, reads, writes in steps:
+        args = [buf[r] for r in reads] + [buf[w] for w in writes if w is not None]
+        words += [len(args), *args, int(_team(step))]
+    fns = np.array([s.address for s, _r, _w in steps], np.uintp)
+    arrs = np.array([s.pointers.ctypes.data for s, _r, _w in steps], np.uintp)
+    vals = np.array([s.values.ctypes.data for s, _r, _w in steps], np.uintp)
+    return (np.array(words, np.int64), fns, arrs, vals, tuple(s for s, _r, _w in steps))
+
+
+def _team(step) -> int:
+    return step.threads if step.threads and step.threads > 0 else 0
+
+
+def counters() -> dict:
+    """The library's counters: live programs, calls run natively / through Python, bytes of the
+    live arena pools, arenas allocated past a pool, entries that failed, calls whose inputs did
+    not match their program (all zero when the library is not used)."""
+    names = ("programs", "native_calls", "python_calls", "pool_bytes", "overflow_arenas",
+             "entry_failures", "mismatched_calls")
+    out = np.zeros(len(names), np.int64)
+    if library() is not None:
+        _lib.edgeops_native_counters(out.ctypes.data, out.size)
+    return dict(zip(names, out.tolist()))
+
+
+def programs() -> dict:
+    """{handle: [each step's description (edgeops.plans.NativeStep.describe)]} of the kernels
+    that run from programs (what an ahead-of-time runtime would load)."""
+    return {h: [s.describe() for s in v[4]] for h, v in list(_published.items())}
+
+
+_REGION = "Region_"
 
 
 class _Tensor:
@@ -349,12 +493,12 @@ def _compute(handle, context, desc, kernel):
                     raise RuntimeError(f"ONNX Runtime gave no buffer for output {j} {y.shape}")
                 continue
             ctypes.memmove(dst, y.ctypes.data, y.nbytes)
-        if handle in _planning:
+        if handle in _pending:
             try:
-                _plan(handle, spec, ins[0].shape, kernel)
+                _plan(handle, spec, ins, kernel)
             except Exception as e:  # noqa: BLE001  (the call itself succeeded: keep Python's way)
-                _planning.pop(handle, None)
-                plan_failures.append(f"{name}: {type(e).__name__}: {e}")
+                _pending.pop(handle, None)
+                plan_failures.append((name, f"{type(e).__name__}: {e}"))
         return 0
     except BaseException as e:  # noqa: BLE001  (nothing may escape into ONNX Runtime)
         try:
@@ -400,7 +544,8 @@ def register(so) -> None:
 
 def _selftest() -> None:
     """Child process of :func:`_check`: a prepared two-node region and a lone node through the
-    library, against numpy; prints "native bridge ok" and exits 0 only if both match."""
+    library, against numpy, then the region run from a native program; prints "native bridge
+    ok" and exits 0 only if all match."""
     from onnx import TensorProto, helper
     import onnxruntime as ort
     from edgeops.ops import EDGEOPS_DOMAIN
@@ -430,5 +575,21 @@ def _selftest() -> None:
             raise_errors()
             if not (np.allclose(y, want_r, rtol=1e-6, atol=1e-7) and np.array_equal(z, -x)):
                 raise SystemExit(f"wrong outputs (regions={use_regions})")
+    # programs: the same region on the neon target, its later calls run natively
+    from edgeops.pipeline.targets import load_targets
+    load_targets()
+    so = reg(ort.SessionOptions(), "neon")
+    p = prepare(m, "neon")
+    adopt(p)
+    register(so)
+    s = ort.InferenceSession(p.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    before = counters()["native_calls"]
+    for _ in range(3):
+        y, z = s.run(None, {"x": x})
+        raise_errors()
+        if not (np.allclose(y, want_r, rtol=1e-6, atol=1e-7) and np.array_equal(z, -x)):
+            raise SystemExit("wrong outputs from a native program")
+    if counters()["native_calls"] - before != 2:
+        raise SystemExit(f"the region did not run from its program: {list(plan_failures)}")
     print(json.dumps({"library": str(_path)}))
     print("native bridge ok")

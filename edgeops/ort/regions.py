@@ -201,6 +201,8 @@ class _Region:
             steps.append((m["name"], op_function(od), m["spec"], tuple(refs), tuple(outs)))
             entries.append(inner)
         self.steps = steps
+        self.entries = entries
+        self.sample = None    # native planning: a callable handed each Python call's slots
         self.n_slots = len(slot)
         self.outputs = tuple(slot[o] for o in d["outputs"])
         self.chains = _chains(steps, entries)     # {first step: (end step, entries)}
@@ -235,6 +237,8 @@ class _Region:
             for o, v in zip(outs, rv):
                 if o is not None:
                     env[o] = v
+        if self.sample is not None:
+            self.sample(env)
         res = tuple(env[o] for o in self.outputs)
         return res if len(res) > 1 else res[0]
 
@@ -271,41 +275,51 @@ class _Region:
         return end
 
 
-    def one_chain(self) -> bool:
-        """Whether this region is one chain from its only input to its only output (what
-        :meth:`native_plan` can plan)."""
-        return (self.n_in == 1 and len(self.outputs) == 1 and list(self.chains) == [0]
-                and self.chains[0][0] == len(self.steps) and self.steps[0][3][0] == 0
-                and self.outputs[0] == self.steps[-1][4][0])
-
-    def warm_native(self) -> bool:
-        """Compile the native code this region's chain would run from a plan (the chain's
-        kernels' :attr:`~edgeops.registry.Kernel.plans`); False when it has none."""
-        if not self.one_chain():
-            return False
-        warm = {e.kernel.plans for e in self.chains[0][1] if e.kernel.plans is not None}
+    def warm_native(self) -> None:
+        """Compile (or load) the native entries its nodes' kernels have (their
+        :attr:`~edgeops.registry.Kernel.plans`): while the session is made, not inside a run."""
+        warm = {e.kernel.plans for e in self.entries
+                if e.kernel is not None and e.kernel.plans is not None}
         for fn in warm:
             fn()
-        return bool(warm)
 
-    def native_plan(self, shape):
-        """This region as native code for input X of ``shape``: its chain's plan (the chain's
-        ``native_plan``, e.g. neon's ``NativePlan``), run by edgeops.ort.native without Python.
-        False when it cannot be: not one chain from its only input to its only output,
-        or a chain that has no native plan; None while it cannot yet: the chain's held
-        parameters not made for that shape yet (or not held), its thread choice still timing, or
-        a profiler collecting per-node times."""
-        if not self.one_chain():
-            return False
-        run = self._made.get((0, tuple(shape)))
-        if timing is not None or run is None:
+    def native_steps(self, env):
+        """The region as native steps for the slots ``env`` of a call that just ran through
+        Python: [(step, input slots, output slots)] in order, its chains as one step each; None
+        while some step cannot say yet (a thread choice still timing, a chain not made), a
+        string when the region will never have them (which node, and why)."""
+        if timing is not None:
             return None
-        plan_of = getattr(run, "native_plan", None)
-        if plan_of is None:
-            return False
-        from edgeops.threads import num_threads
-        threads = num_threads() if self.threads is None else min(self.threads, num_threads())
-        return plan_of(self.keep[0], threads)
+        out, skip = [], 0
+        for i, (name, _fn, _spec, refs, outs) in enumerate(self.steps):
+            if i < skip:
+                continue
+            if i in self.chains:
+                end = self.chains[i][0]
+                x = env[refs[0]]
+                run = self._made.get((i, tuple(x.shape)))
+                if run is None:
+                    return None
+                step_of = getattr(run, "native_step", None)
+                if step_of is None:
+                    return f"{name}: its chain has no native entry"
+                from edgeops.threads import num_threads
+                threads = num_threads() if self.threads is None else min(self.threads,
+                                                                         num_threads())
+                step = step_of(self.keep[i], threads, x)
+                if step is None or isinstance(step, str):
+                    return step if step is None else f"{name}: {step}"
+                out.append((step, (refs[0],), (self.steps[end - 1][4][0],)))
+                skip = end
+                continue
+            args = [_EMPTY if r is None else env[r] for r in refs]
+            step = self.entries[i].native_step(args)
+            if step is None or isinstance(step, str):
+                return step if step is None else f"{name}: {step}"
+            if any(refs[p] is None for p in step.reads) or len(step.outputs) != len(outs):
+                return f"{name}: its step reads an absent input or writes other outputs"
+            out.append((step, tuple(refs[p] for p in step.reads), tuple(outs)))
+        return out
 
 
 def _chains(steps, entries) -> dict:

@@ -12,7 +12,7 @@ from numba import njit, prange
 
 from edgeops.errors import EdgeOpsError
 from edgeops.targets.neon import epilogue as ep
-from edgeops.threads import alone_or_pool
+from edgeops.threads import alone_or_pool, run
 
 ADD, SUB, MUL, DIV = range(4)
 BINARY = {"Add": ADD, "Sub": SUB, "Mul": MUL, "Div": DIV}
@@ -33,15 +33,30 @@ def _run_chain(v, chain):
 def _chain_kernel(x, y, chain):
     n = x.shape[0]
     for blk in prange((n + _BLOCK - 1) // _BLOCK):
-        lo = blk * _BLOCK
-        hi = min(n, lo + _BLOCK)
-        xv = x[lo:hi]  # views + bare counters: vectorisable (see norms.py)
-        yv = y[lo:hi]
-        if chain.shape[0] == 1:  # the common single activation: one dispatch per block
-            ep.act_copy(xv, yv, hi - lo, int(chain[0, 0]), chain[0, 1], chain[0, 2])
-        else:
-            for i in range(hi - lo):
-                yv[i] = _run_chain(xv[i], chain)
+        _chain_block(x, y, chain, blk)
+
+
+# serial twins (see norms.py: a separate function, not the parallel one compiled again): small
+# calls without a parallel-region launch
+@njit(cache=True, fastmath=_FM, error_model="numpy")
+def _chain_serial(x, y, chain):
+    n = x.shape[0]
+    for blk in range((n + _BLOCK - 1) // _BLOCK):
+        _chain_block(x, y, chain, blk)
+
+
+@njit(cache=True, inline="always", fastmath=_FM, error_model="numpy")
+def _chain_block(x, y, chain, blk):
+    n = x.shape[0]
+    lo = blk * _BLOCK
+    hi = min(n, lo + _BLOCK)
+    xv = x[lo:hi]  # views + bare counters: vectorisable (see norms.py)
+    yv = y[lo:hi]
+    if chain.shape[0] == 1:  # the common single activation: one dispatch per block
+        ep.act_copy(xv, yv, hi - lo, int(chain[0, 0]), chain[0, 1], chain[0, 2])
+    else:
+        for i in range(hi - lo):
+            yv[i] = _run_chain(xv[i], chain)
 
 
 @njit(cache=True, inline="always", fastmath=_FM, error_model="numpy")
@@ -85,34 +100,47 @@ def _binary_kernel(a, b, inner, y, op, chain):
     Each block runs a op b over the longest stretches with one b layout (same-shape, or one b
     value) and then the chain over the block: no index arithmetic per element."""
     n = a.shape[0]
-    nb = b.shape[0]
     for blk in prange((n + _BLOCK - 1) // _BLOCK):
-        lo = blk * _BLOCK
-        hi = min(n, lo + _BLOCK)
-        yv = y[lo:hi]
-        if nb == n:
-            _binop(a[lo:hi], b[lo:hi], yv, hi - lo, op)
-        elif nb == 1:
-            _binop_scalar(a[lo:hi], b[0], yv, hi - lo, op)
-        elif inner == 1:     # b along the trailing axes: whole periods of b
-            i = lo
-            while i < hi:
-                j = i % nb
-                end = min(hi, i - j + nb)
-                _binop(a[i:end], b[j:j + end - i], y[i:end], end - i, op)
-                i = end
-        else:                           # one b value per run of ``inner`` elements
-            i = lo
-            while i < hi:
-                q = i // inner
-                end = min(hi, (q + 1) * inner)
-                _binop_scalar(a[i:end], b[q % nb], y[i:end], end - i, op)
-                i = end
-        if chain.shape[0] == 1:
-            ep.act_copy(yv, yv, hi - lo, int(chain[0, 0]), chain[0, 1], chain[0, 2])
-        elif chain.shape[0] > 1:
-            for i in range(hi - lo):
-                yv[i] = _run_chain(yv[i], chain)
+        _binary_block(a, b, inner, y, op, chain, blk)
+
+
+@njit(cache=True, fastmath=_FM, error_model="numpy")
+def _binary_serial(a, b, inner, y, op, chain):
+    n = a.shape[0]
+    for blk in range((n + _BLOCK - 1) // _BLOCK):
+        _binary_block(a, b, inner, y, op, chain, blk)
+
+
+@njit(cache=True, inline="always", fastmath=_FM, error_model="numpy")
+def _binary_block(a, b, inner, y, op, chain, blk):
+    n = a.shape[0]
+    nb = b.shape[0]
+    lo = blk * _BLOCK
+    hi = min(n, lo + _BLOCK)
+    yv = y[lo:hi]
+    if nb == n:
+        _binop(a[lo:hi], b[lo:hi], yv, hi - lo, op)
+    elif nb == 1:
+        _binop_scalar(a[lo:hi], b[0], yv, hi - lo, op)
+    elif inner == 1:     # b along the trailing axes: whole periods of b
+        i = lo
+        while i < hi:
+            j = i % nb
+            end = min(hi, i - j + nb)
+            _binop(a[i:end], b[j:j + end - i], y[i:end], end - i, op)
+            i = end
+    else:                           # one b value per run of ``inner`` elements
+        i = lo
+        while i < hi:
+            q = i // inner
+            end = min(hi, (q + 1) * inner)
+            _binop_scalar(a[i:end], b[q % nb], y[i:end], end - i, op)
+            i = end
+    if chain.shape[0] == 1:
+        ep.act_copy(yv, yv, hi - lo, int(chain[0, 0]), chain[0, 1], chain[0, 2])
+    elif chain.shape[0] > 1:
+        for i in range(hi - lo):
+            yv[i] = _run_chain(yv[i], chain)
 
 
 def make_chain(steps) -> np.ndarray:
@@ -146,9 +174,19 @@ def chain(x: np.ndarray, steps) -> np.ndarray:
     x = _f32("X", x)
     ch = steps if isinstance(steps, np.ndarray) else make_chain(steps)
     y = np.empty_like(x)
-    with alone_or_pool(("chain", x.size, ch.tobytes()), x.size):
-        _chain_kernel(x.reshape(-1), y.reshape(-1), ch)
+    run(chain_key(x.size, ch), _chain_kernel, _chain_serial, x.size, x.reshape(-1),
+        y.reshape(-1), ch)
     return y
+
+
+def chain_key(n: int, ch: np.ndarray) -> tuple:
+    """The thread-choice key of a chain call (edgeops.threads.choice)."""
+    return ("chain", n, ch.tobytes())
+
+
+def binary_key(shape, op: str, nb: int, inner: int, ch: np.ndarray) -> tuple:
+    """The thread-choice key of a binary call."""
+    return ("binary", tuple(shape), op, nb, inner, ch.tobytes())
 
 
 def binary(a: np.ndarray, b: np.ndarray, op: str, steps=()) -> np.ndarray:
@@ -165,15 +203,28 @@ def binary(a: np.ndarray, b: np.ndarray, op: str, steps=()) -> np.ndarray:
         raise EdgeOpsError(f"neon {op}: shapes {a.shape} and {b.shape} do not broadcast") from None
     if shape != a.shape:
         a = np.ascontiguousarray(np.broadcast_to(a, shape))
-    bb = b.reshape((1,) * (len(shape) - b.ndim) + b.shape)
-    nz = [i for i, d in enumerate(bb.shape) if d != 1]
-    if nz and (any(bb.shape[i] != shape[i] for i in nz) or nz != list(range(nz[0], nz[-1] + 1))):
-        bflat, inner = np.ascontiguousarray(np.broadcast_to(bb, shape)).reshape(-1), 1
-    else:
-        inner = int(np.prod(shape[nz[-1] + 1:], dtype=np.int64)) if nz else 1
-        bflat = np.ascontiguousarray(bb).reshape(-1)
+    bflat, inner = b_operand(b, shape)
     ch = steps if isinstance(steps, np.ndarray) else make_chain(steps)
     y = np.empty(shape, np.float32)
-    with alone_or_pool(("binary", shape, op, bflat.size, inner, ch.tobytes()), y.size):
-        _binary_kernel(a.reshape(-1), bflat, max(inner, 1), y.reshape(-1), BINARY[op], ch)
+    run(binary_key(shape, op, bflat.size, inner, ch), _binary_kernel, _binary_serial, y.size,
+        a.reshape(-1), bflat, inner, y.reshape(-1), BINARY[op], ch)
     return y
+
+
+def b_layout(b_shape, shape) -> int | None:
+    """B's period ``inner`` against an output of ``shape`` (see :func:`_binary_kernel`), or None
+    when B's broadcast is none the kernel reads in place (it must be materialised)."""
+    bs = (1,) * (len(shape) - len(b_shape)) + tuple(b_shape)
+    nz = [i for i, d in enumerate(bs) if d != 1]
+    if nz and (any(bs[i] != shape[i] for i in nz) or nz != list(range(nz[0], nz[-1] + 1))):
+        return None
+    return max(int(np.prod(shape[nz[-1] + 1:], dtype=np.int64)) if nz else 1, 1)
+
+
+def b_operand(b: np.ndarray, shape) -> tuple[np.ndarray, int]:
+    """(B as the flat operand the kernel reads, its period ``inner``) against ``shape``."""
+    inner = b_layout(b.shape, shape)
+    if inner is None:
+        bb = b.reshape((1,) * (len(shape) - b.ndim) + b.shape)
+        return np.ascontiguousarray(np.broadcast_to(bb, shape)).reshape(-1), 1
+    return np.ascontiguousarray(b).reshape(-1), inner

@@ -133,18 +133,41 @@ def gemm_flat(M, N, K, a, a_offs, ars, acs, b, b_offs, brs, bcs, c, c_offs, ldc,
     """The driver for callers that have already laid out flat operands (conv, winograd, matmul):
     C[c_off + i*ldc + j] = act(alpha * sum_k A[i,k] B[k,j] (+ C) + bias) for every batch entry.
     A[i, k] is ``a[a_off + i*ars + k*acs]``; likewise B. No checks beyond dtypes: internal use."""
-    nbt = len(a_offs)
     if K == 0:
         raise EdgeOpsError("neon gemm: K == 0 is not handled by the packed kernel")
-    mc, nc, kc = (blocking or from_tiling(None)).fitted(M, N, K)
+    lay = flat_layout(M, N, K, a_offs, b_offs, c_offs, bias_offs, blocking)
     bias_arr = _EMPTY_F32 if bias is None else bias
-    boffs = np.zeros(nbt, np.int64) if bias_offs is None else np.asarray(bias_offs, np.int64)
+    run_flat(lay, a, ars, acs, b, brs, bcs, c, ldc, np.float32(alpha), bool(accumulate),
+             bias_arr, bias_mode, act[0], float(act[1]), float(act[2]))
+
+
+def flat_layout(M, N, K, a_offs, b_offs, c_offs, bias_offs, blocking) -> dict:
+    """What a :func:`gemm_flat` call fixes from its shapes and the calling thread's team: the
+    batch offsets, the blocking fitted to the shape and the work split (a native step holds
+    these, edgeops.targets.neon.native)."""
+    nbt = len(a_offs)
+    mc, nc, kc = (blocking or from_tiling(None)).fitted(M, N, K)
     rch, cch = split_work(nbt, M, N, K)
-    with serial_if(nbt * rch * cch == 1 or 2.0 * nbt * M * N * K < SMALL_FLOPS):
-        _gemm_par(M, N, K, a, np.asarray(a_offs, np.int64), ars, acs, b,
-                  np.asarray(b_offs, np.int64), brs, bcs, c, np.asarray(c_offs, np.int64), ldc,
-                  np.float32(alpha), bool(accumulate), bias_arr, boffs, bias_mode, act[0],
-                  float(act[1]), float(act[2]), mc, nc, kc, rch, cch)
+    return {"M": M, "N": N, "K": K, "a_offs": np.asarray(a_offs, np.int64),
+            "b_offs": np.asarray(b_offs, np.int64), "c_offs": np.asarray(c_offs, np.int64),
+            "bias_offs": np.zeros(nbt, np.int64) if bias_offs is None
+            else np.asarray(bias_offs, np.int64), "mc": mc, "nc": nc, "kc": kc,
+            "rch": rch, "cch": cch, "items": nbt * rch * cch,
+            "serial": nbt * rch * cch == 1 or 2.0 * nbt * M * N * K < SMALL_FLOPS}
+
+
+def run_flat(lay, a, ars, acs, b, brs, bcs, c, ldc, alpha, accumulate, bias, bias_mode, act,
+             p0, p1) -> None:
+    M, N, K = lay["M"], lay["N"], lay["K"]
+    if lay["items"] == 1:      # one work item: the block itself, no parallel region launched
+        _gemm_block(0, M, 0, N, K, a, lay["a_offs"][0], ars, acs, b, lay["b_offs"][0], brs, bcs,
+                    c, lay["c_offs"][0], ldc, alpha, accumulate, bias, lay["bias_offs"][0],
+                    bias_mode, act, p0, p1, lay["mc"], lay["nc"], lay["kc"])
+        return
+    with serial_if(lay["serial"]):
+        _gemm_par(M, N, K, a, lay["a_offs"], ars, acs, b, lay["b_offs"], brs, bcs, c,
+                  lay["c_offs"], ldc, alpha, accumulate, bias, lay["bias_offs"], bias_mode, act,
+                  p0, p1, lay["mc"], lay["nc"], lay["kc"], lay["rch"], lay["cch"])
 
 
 def operand(x: np.ndarray) -> tuple[np.ndarray, int, int]:
@@ -188,32 +211,10 @@ def gemm(a, b, c=None, *, alpha=1.0, beta=1.0, trans_a=False, trans_b=False, bia
                            f"op(B) is {bv.shape}")
     actt = act if isinstance(act, tuple) else ep.activation(act)
     out = np.empty((M, N), np.float32)
-    # beta*C and the bias become the cheapest epilogue that is exact: a per-column vector
-    # (C of shape (N,)/(1, N)/scalar, plus the bias), a per-row vector (C of shape (M, 1)
-    # alone), or else C pre-stored in the output and accumulated into
-    col = np.zeros(N, np.float32) if bias is not None else None
-    row, accumulate = None, False
-    if c is not None and beta != 0.0:
-        c = np.asarray(c, np.float32)
-        try:
-            cb = np.broadcast_to(c, (M, N))
-        except ValueError:
-            raise EdgeOpsError(f"neon gemm: C of shape {c.shape} does not broadcast to "
-                               f"({M}, {N})") from None
-        if c.ndim <= 1 or c.shape[0] == 1:
-            col = (beta * cb[0]).astype(np.float32) if col is None else col + beta * cb[0]
-        elif c.shape[-1] == 1 and col is None:
-            row = np.ascontiguousarray(beta * cb[:, 0], np.float32)
-        else:
-            out[...] = beta * cb
-            accumulate = True
-    if bias is not None:
-        bias = np.asarray(bias, np.float32).reshape(-1)
-        if bias.size != N:
-            raise EdgeOpsError(f"neon gemm: bias has {bias.size} entries, need N={N}")
-        col += bias
-    bias_vec, mode = ((col, ep.BIAS_COL) if col is not None else
-                      (row, ep.BIAS_ROW) if row is not None else (None, ep.BIAS_NONE))
+    bias_vec, mode, pre = epilogue(M, N, c, beta, bias)
+    accumulate = pre is not None
+    if accumulate:
+        out[...] = pre
     if K == 0:
         acc = out if accumulate else np.zeros((M, N), np.float32)
         if bias_vec is not None:
@@ -227,6 +228,36 @@ def gemm(a, b, c=None, *, alpha=1.0, beta=1.0, trans_a=False, trans_b=False, bia
     return out
 
 
+def epilogue(M: int, N: int, c, beta: float, bias):
+    """(bias vector, its mode, C pre-stored or None) for ``beta * C + bias``: the cheapest
+    epilogue that is exact: a per-column vector (C of shape (N,)/(1, N)/scalar, plus the bias), a
+    per-row vector (C of shape (M, 1) alone), or else ``beta * C`` pre-stored in the output and
+    accumulated into."""
+    col = np.zeros(N, np.float32) if bias is not None else None
+    row, pre = None, None
+    if c is not None and beta != 0.0:
+        c = np.asarray(c, np.float32)
+        try:
+            cb = np.broadcast_to(c, (M, N))
+        except ValueError:
+            raise EdgeOpsError(f"neon gemm: C of shape {c.shape} does not broadcast to "
+                               f"({M}, {N})") from None
+        if c.ndim <= 1 or c.shape[0] == 1:
+            col = (beta * cb[0]).astype(np.float32) if col is None else col + beta * cb[0]
+        elif c.shape[-1] == 1 and col is None:
+            row = np.ascontiguousarray(beta * cb[:, 0], np.float32)
+        else:
+            pre = np.ascontiguousarray(beta * cb, np.float32)
+    if bias is not None:
+        bias = np.asarray(bias, np.float32).reshape(-1)
+        if bias.size != N:
+            raise EdgeOpsError(f"neon gemm: bias has {bias.size} entries, need N={N}")
+        col += bias
+    bias_vec, mode = ((col, ep.BIAS_COL) if col is not None else
+                      (row, ep.BIAS_ROW) if row is not None else (None, ep.BIAS_NONE))
+    return bias_vec, mode, pre
+
+
 def _act_numpy(x, actt):
     from edgeops.targets.neon.eltwise import activation_inplace
     x = np.ascontiguousarray(x, np.float32)
@@ -236,6 +267,26 @@ def _act_numpy(x, actt):
 
 def matmul(a, b, *, blocking=None, tiling=None) -> np.ndarray:
     """numpy/ONNX MatMul (batch dims broadcast, 1-D operands promoted) in float32."""
+    M, N, K, batch, (af, a_offs, ars, acs), (bf, b_offs, brs, bcs) = matmul_operands(a, b)
+    nbt = int(np.prod(batch, dtype=np.int64))
+    out = np.empty(batch + (M, N), np.float32)
+    if nbt and M and N:
+        if K == 0:
+            out[...] = 0
+        else:
+            gemm_flat(M, N, K, af, a_offs, ars, acs, bf, b_offs, brs, bcs, out.reshape(-1),
+                      np.arange(nbt, dtype=np.int64) * (M * N), N,
+                      blocking=blocking or from_tiling(tiling))
+    if a.ndim == 1:
+        out = out[..., 0, :]
+    if b.ndim == 1:
+        out = out[..., 0]
+    return out
+
+
+def matmul_operands(a, b):
+    """(M, N, K, batch shape, A as (flat, batch offsets, row stride, col stride), B likewise):
+    how :func:`matmul` lays its operands out for :func:`gemm_flat`."""
     a = _check_f32("A", a, tuple(range(1, 9)))
     b = _check_f32("B", b, tuple(range(1, 9)))
     a2 = a[None, :] if a.ndim == 1 else a
@@ -250,27 +301,11 @@ def matmul(a, b, *, blocking=None, tiling=None) -> np.ndarray:
     except ValueError:
         raise EdgeOpsError(f"neon matmul: batch dimensions of A {a.shape} and B {b.shape} do not "
                            f"broadcast") from None
-    nbt = int(np.prod(batch, dtype=np.int64))
-    out = np.empty(batch + (M, N), np.float32)
-    if nbt and M and N:
-        if K == 0:
-            out[...] = 0
-        else:
-            if a2.ndim == 2 and b2.ndim == 2:
-                af, ars, acs = operand(a2)
-                bf, brs, bcs = operand(b2)
-                a_offs, b_offs = [0], [0]
-            else:
-                af, a_offs, ars, acs = _batched(a2, batch)
-                bf, b_offs, brs, bcs = _batched(b2, batch)
-            gemm_flat(M, N, K, af, a_offs, ars, acs, bf, b_offs, brs, bcs, out.reshape(-1),
-                      np.arange(nbt, dtype=np.int64) * (M * N), N,
-                      blocking=blocking or from_tiling(tiling))
-    if a.ndim == 1:
-        out = out[..., 0, :]
-    if b.ndim == 1:
-        out = out[..., 0]
-    return out
+    if a2.ndim == 2 and b2.ndim == 2:
+        af, ars, acs = operand(a2)
+        bf, brs, bcs = operand(b2)
+        return M, N, K, batch, (af, [0], ars, acs), (bf, [0], brs, bcs)
+    return M, N, K, batch, _batched(a2, batch), _batched(b2, batch)
 
 
 def _batched(x, batch):

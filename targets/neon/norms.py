@@ -19,13 +19,14 @@ import math
 import time
 
 import numpy as np
-import numba
 from numba import carray, njit, prange
 
 from edgeops.errors import EdgeOpsError
+from edgeops.plans import NativeStep
+from edgeops.targets.neon import _entries
 from edgeops.targets.neon import epilogue as ep
-from edgeops.threads import (SMALL_ELEMENTS, ThreadChoice, alone_or_pool, decide,
-                                           launch, run)
+from edgeops.targets.neon._entries import ALONE, POOL, SERIAL
+from edgeops.threads import SMALL_ELEMENTS, ThreadChoice, decide, launch, run
 
 _REDUCE = {"reassoc", "contract", "nsz"}  # no nnan/ninf: NaNs in the input must propagate
 
@@ -311,43 +312,54 @@ def _row_sum(v, n):
     return s
 
 
+@njit(cache=True, inline="always", fastmath=_FM, error_model="numpy")
+def _softmax_outer(x, o, length, inner, y):
+    """Softmax of outer index ``o`` over the middle axis of (outer, length, inner); vector lanes
+    run along ``inner`` when it is > 1 (a non-last axis), along ``length`` otherwise."""
+    base = o * length * inner
+    xv = x[base:base + length * inner]
+    yv = y[base:base + length * inner]
+    if inner == 1:
+        # the exp loop carries no reduction, so it vectorises; max and sum run over 8
+        # independent partials (a single running sum serialises every exp behind it)
+        m = _row_max(xv, length)
+        for j in range(length):
+            yv[j] = ep.vm.exp32(xv[j] - m)
+        inv = np.float32(1.0) / _row_sum(yv, length)
+        for j in range(length):
+            yv[j] *= inv
+    else:
+        mx = xv[0:inner].copy()
+        sm = np.zeros(inner, np.float32)
+        for j in range(1, length):
+            xr = xv[j * inner:(j + 1) * inner]
+            for i in range(inner):
+                mx[i] = max(mx[i], xr[i])
+        for j in range(length):
+            xr = xv[j * inner:(j + 1) * inner]
+            yr = yv[j * inner:(j + 1) * inner]
+            for i in range(inner):
+                e = ep.vm.exp32(xr[i] - mx[i])
+                yr[i] = e
+                sm[i] += e
+        for i in range(inner):
+            sm[i] = np.float32(1.0) / sm[i]
+        for j in range(length):
+            yr = yv[j * inner:(j + 1) * inner]
+            for i in range(inner):
+                yr[i] *= sm[i]
+
+
 @njit(parallel=True, cache=True, fastmath=_FM, error_model="numpy")
 def _softmax_kernel(x, outer, length, inner, y):
-    """Softmax over the middle axis of (outer, length, inner); vector lanes run along ``inner``
-    when it is > 1 (a non-last axis), along ``length`` otherwise."""
     for o in prange(outer):
-        base = o * length * inner
-        xv = x[base:base + length * inner]
-        yv = y[base:base + length * inner]
-        if inner == 1:
-            # the exp loop carries no reduction, so it vectorises; max and sum run over 8
-            # independent partials (a single running sum serialises every exp behind it)
-            m = _row_max(xv, length)
-            for j in range(length):
-                yv[j] = ep.vm.exp32(xv[j] - m)
-            inv = np.float32(1.0) / _row_sum(yv, length)
-            for j in range(length):
-                yv[j] *= inv
-        else:
-            mx = xv[0:inner].copy()
-            sm = np.zeros(inner, np.float32)
-            for j in range(1, length):
-                xr = xv[j * inner:(j + 1) * inner]
-                for i in range(inner):
-                    mx[i] = max(mx[i], xr[i])
-            for j in range(length):
-                xr = xv[j * inner:(j + 1) * inner]
-                yr = yv[j * inner:(j + 1) * inner]
-                for i in range(inner):
-                    e = ep.vm.exp32(xr[i] - mx[i])
-                    yr[i] = e
-                    sm[i] += e
-            for i in range(inner):
-                sm[i] = np.float32(1.0) / sm[i]
-            for j in range(length):
-                yr = yv[j * inner:(j + 1) * inner]
-                for i in range(inner):
-                    yr[i] *= sm[i]
+        _softmax_outer(x, o, length, inner, y)
+
+
+@njit(cache=True, fastmath=_FM, error_model="numpy")
+def _softmax_serial(x, outer, length, inner, y):
+    for o in range(outer):
+        _softmax_outer(x, o, length, inner, y)
 
 
 def _f32(who, name, t):
@@ -518,10 +530,21 @@ class Chain:
                 for j, f in zip(slot.tolist(), kept)]
 
 
+    def native_step(self, keep, threads: int, x=None):
+        """This chain for ``keep`` as a native step (:mod:`edgeops.plans`), its thread choice
+        settled now by calls on ``x`` if it is still timing (None if that cannot be); a string
+        when it cannot be one."""
+        plan = self.native_plan(keep, threads)
+        if plan is None and x is not None:
+            self.threads.settle(threads, lambda: self(x, keep))
+            plan = self.native_plan(keep, threads)
+        if plan is None or plan is False:
+            return None if plan is None else "a stage's output besides the last is kept"
+        return chain_step(plan, self.shape)
+
     def native_plan(self, keep, threads: int):
         """This chain for ``keep`` as a :class:`NativePlan` on at most ``threads`` threads: the
-        pass :meth:`__call__` makes, as one Numba ``cfunc`` a caller outside Python can run
-        (edgeops.ort.native). It runs the way the chain's :class:`ThreadChoice` chose: None
+        pass :meth:`__call__` makes, as the data of its native entry. It runs the way the chain's :class:`ThreadChoice` chose: None
         while that is still timing; False when it cannot be planned (more than the last
         stage's output kept). Made once per way of running it."""
         slot, kept, n_out = self._layout(keep if keep is None else tuple(keep))
@@ -540,7 +563,7 @@ class Chain:
         size = self._buffer(n, n_out, chunks)
         # as launch(): the pool; alone, the serial twin below SMALL_ELEMENTS, else the parallel
         # one on a one-thread team
-        par = pool or work >= SMALL_ELEMENTS
+        par = pool or n * self.k >= SMALL_ELEMENTS
         key = (kept, chunks, team, par)
         plan = self._native.get(key)
         if plan is not None:
@@ -555,80 +578,25 @@ class Chain:
 
 
 class NativePlan:
-    """A :class:`Chain` call for one input size as a C function (:attr:`address`)::
-
-        void f(const float *x, float *y, void *const *arrays, const int64_t *values)
-
-    called with :attr:`arrays` and :attr:`values` (this plan's, kept alive here): the chain's
-    output for X (``elements`` floats) into Y. The function is one cfunc for every plan,
-    compiled once per process; everything about the chain reaches it at run time, so it
-    calls the very kernels :meth:`Chain.__call__` calls with arguments of the same types (the
-    same compiled code, the same bits: constants folded into a plan's code changed the
-    statistics' summation order, 2.6e-6 off). No state: concurrent calls are safe."""
-    __slots__ = ("address", "elements", "pool", "threads", "chain", "slot", "arrays", "values")
+    """A :class:`Chain` call for one input size, as the data its native entry runs with
+    (``neon.norm_chain`` in :mod:`edgeops.targets.neon.native`): the chain's held parameters and
+    the arguments :meth:`Chain.__call__` passes its kernel, so the entry calls the very kernels
+    with arguments of the same types (the same compiled code, the same bits). No state:
+    concurrent calls are safe."""
+    __slots__ = ("elements", "pool", "threads", "parallel", "chain", "slot", "held", "values")
 
     def __init__(self, chain: Chain, slot, n: int, size: int, chunks: int, team: int,
                  parallel: bool, pool: bool):
         self.chain, self.slot, self.elements, self.pool, self.threads = chain, slot, n, pool, team
-        held = (chain.scale, chain.bias, chain.eps, slot, chain.act, chain.p0, chain.p1)
-        self.arrays = np.array([a.ctypes.data for a in held], np.uintp)
+        self.parallel = parallel
+        self.held = (chain.scale, chain.bias, chain.eps, slot, chain.act, chain.p0, chain.p1)
         part = (*chain.part, 0, 0)[:4]       # LayerNorm's two, GroupNorm's four
         self.values = np.array([n, size, chunks, team, chain.k, chain.scale.shape[1],
                                 _PLAN_KERNELS[(chain.kind, parallel)], *part], np.int64)
-        self.address = plan_cfunc().address
-
-
-def _native_chain(xp, yp, arrays, values):
-    """The plan cfunc's body: the arguments :meth:`Chain.__call__` passes its kernel, rebuilt
-    from a plan's arrays and values (which kernel: values[6], see :data:`_PLAN_KERNELS`)."""
-    v = carray(values, (11,))
-    n, size, chunks, team, k, w, which = v[0], v[1], v[2], v[3], v[4], v[5], v[6]
-    x = carray(xp, (n,))
-    out = carray(yp, (n,))
-    scales = carray(arrays[0], (k, w), np.float32)
-    biases = carray(arrays[1], (k, w), np.float32)
-    eps = carray(arrays[2], (k,), np.float64)
-    slot = carray(arrays[3], (k,), np.int64)
-    act = carray(arrays[4], (k,), np.int64)
-    p0 = carray(arrays[5], (k,), np.float64)
-    p1 = carray(arrays[6], (k,), np.float64)
-    part = v[7:]
-    y = np.empty(size, np.float32)
-    before = numba.get_num_threads()
-    if team != before:
-        numba.set_num_threads(team)
-    if which == 0:
-        _layernorm_chain(x, scales, biases, part[0], part[1], eps, y, slot, act, p0, p1, chunks)
-    elif which == 1:
-        _layernorm_chain_serial(x, scales, biases, part[0], part[1], eps, y, slot, act, p0, p1,
-                                chunks)
-    elif which == 2:
-        _groupnorm_chain(x, scales, biases, part[0], part[1], part[2], part[3], eps, y, slot,
-                         act, p0, p1, chunks)
-    else:
-        _groupnorm_chain_serial(x, scales, biases, part[0], part[1], part[2], part[3], eps, y,
-                                slot, act, p0, p1, chunks)
-    if team != before:
-        numba.set_num_threads(before)
-    for i in range(n):
-        out[i] = y[i]
 
 
 _PLAN_KERNELS = {("layernorm", True): 0, ("layernorm", False): 1, ("groupnorm", True): 2,
                  ("groupnorm", False): 3}
-_PLAN_CFUNC = []
-
-
-def plan_cfunc():
-    """The plan cfunc, compiled on first use (importing compiles nothing; ~1 s, once per
-    process: Numba cannot cache a cfunc that calls parallel kernels on disk)."""
-    if not _PLAN_CFUNC:
-        from numba import cfunc, types
-        sig = types.void(types.CPointer(types.float32), types.CPointer(types.float32),
-                         types.CPointer(types.voidptr), types.CPointer(types.int64))
-        _PLAN_CFUNC.append(cfunc(sig, nopython=True, fastmath=_FM,
-                                 error_model="numpy")(_native_chain))
-    return _PLAN_CFUNC[0]
 
 
 def run_chain(x, stages) -> list:
@@ -646,6 +614,66 @@ def softmax(x, axis=-1) -> np.ndarray:
         outer = math.prod(x.shape[:ax])
         inner = math.prod(x.shape[ax + 1:])
         # exp per element: the pool can pay from SMALL_ELEMENTS even when passive, so it is timed
-        with alone_or_pool(("softmax", x.shape, ax), x.size):
-            _softmax_kernel(x.reshape(-1), outer, x.shape[ax], inner, y.reshape(-1))
+        run(softmax_key(x.shape, ax), _softmax_kernel, _softmax_serial, x.size, x.reshape(-1),
+            outer, x.shape[ax], inner, y.reshape(-1))
     return y
+
+
+def softmax_key(shape, axis: int) -> tuple:
+    """The thread-choice key of a softmax call (edgeops.threads.choice)."""
+    return ("softmax", tuple(shape), axis)
+
+
+# ---- the chains' native entry (edgeops.plans) --------------------------------------------------
+
+def _chain_entry(args, arrays, values, scratch):
+    # values: n, mode, team, size, chunks, k, w, which, part[4]; the chain's buffer is the
+    # output itself when it holds only the output (size == n), else scratch
+    n, mode, size, chunks, k, w, which = (values[0], values[1], values[3], values[4], values[5],
+                                          values[6], values[7])
+    x = carray(args[0], (n,), np.float32)
+    out = carray(args[1], (n,), np.float32)
+    y = out if size == n else carray(scratch, (size,), np.float32)
+    scales = carray(arrays[0], (k, w), np.float32)
+    biases = carray(arrays[1], (k, w), np.float32)
+    eps = carray(arrays[2], (k,), np.float64)
+    slot = carray(arrays[3], (k,), np.int64)
+    act = carray(arrays[4], (k,), np.int64)
+    p0 = carray(arrays[5], (k,), np.float64)
+    p1 = carray(arrays[6], (k,), np.float64)
+    q0, q1, q2, q3 = values[8], values[9], values[10], values[11]
+    if which == 0:
+        if mode == SERIAL:
+            _layernorm_chain_serial(x, scales, biases, q0, q1, eps, y, slot, act, p0, p1,
+                                          chunks)
+        else:
+            _layernorm_chain(x, scales, biases, q0, q1, eps, y, slot, act, p0, p1, chunks)
+    else:
+        if mode == SERIAL:
+            _groupnorm_chain_serial(x, scales, biases, q0, q1, q2, q3, eps, y, slot, act,
+                                          p0, p1, chunks)
+        else:
+            _groupnorm_chain(x, scales, biases, q0, q1, q2, q3, eps, y, slot, act, p0, p1,
+                                   chunks)
+    if size != n:
+        for i in range(n):
+            out[i] = y[i]
+    return 0
+
+
+def chain_entry() -> int:
+    """The chains' native entry's address (compiled or loaded on first use)."""
+    return _entries.address("neon.norm_chain", _chain_entry)
+
+
+def chain_step(plan, shape, reads=(0,)):
+    """A fused norm chain's :class:`~edgeops.targets.neon.norms.NativePlan` as a step."""
+    v = plan.values
+    n, size = int(v[0]), int(v[1])
+    mode = SERIAL if not plan.parallel else POOL if plan.pool else ALONE
+    values = np.array([n, mode, plan.threads, size, v[2], v[4], v[5], v[6] // 2, *v[7:11]],
+                      np.int64)
+    held = tuple(plan.held)
+    return NativeStep("neon.norm_chain", chain_entry(), tuple(reads),
+                      (("float32", tuple(shape)),), (("float32", tuple(shape)),), held, values,
+                      0 if size == n else size * 4, plan.threads, keep=plan)

@@ -7,10 +7,12 @@ kernel does not apply — that reason is what the placement table prints.
 """
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 
 from edgeops.registry import register_kernel
-from edgeops.targets.neon import chooser, eltwise, epilogue as ep, norms, pool
+from edgeops.targets.neon import chooser, eltwise, epilogue as ep, native, norms, pool
 from edgeops.targets.neon.conv import ConvGeom, conv2d_im2col, geom_from_attrs
 from edgeops.targets.neon.depthwise import conv2d_depthwise
 from edgeops.targets.neon.gemm import gemm, matmul
@@ -49,7 +51,10 @@ def _act_of(attrs) -> tuple[int, float, float]:
 
 # ---- GEMM / MatMul --------------------------------------------------------------------------
 
-@register_kernel("Gemm", T, dtypes=FP32, name="neon.gemm_packed", priority=10)
+@register_kernel("Gemm", T, dtypes=FP32, name="neon.gemm_packed", priority=10,
+                 plans=native.warm,
+                 native=lambda xs, attrs, *, threads, held, tiling=None, **_:
+                 native.gemm_node_step(xs, attrs, held, threads, tiling))
 def _gemm(inputs, attrs, tiling=None):
     """Packed fp32 GEMM (Goto/BLIS), C as a fused epilogue."""
     a, b = inputs[0], inputs[1]
@@ -58,7 +63,10 @@ def _gemm(inputs, attrs, tiling=None):
                  trans_b=bool(attrs["transB"]), tiling=tiling)]
 
 
-@register_kernel("MatMul", T, dtypes=FP32, name="neon.matmul_packed", priority=10)
+@register_kernel("MatMul", T, dtypes=FP32, name="neon.matmul_packed", priority=10,
+                 plans=native.warm,
+                 native=lambda xs, attrs, *, threads, held, tiling=None, **_:
+                 native.matmul_step(xs[0], xs[1], held, threads, tiling))
 def _matmul(inputs, attrs, tiling=None):
     """Packed fp32 batched MatMul (numpy broadcasting)."""
     return [matmul(inputs[0], inputs[1], tiling=tiling)]
@@ -136,6 +144,44 @@ def _gelu(attrs):
     return "gelu_tanh" if attrs["approximate"] == "tanh" else "gelu"
 
 
+def _norm_native(stage, xs, attrs, *, threads, state, held, **_):
+    """A lone norm node as a one-stage chain's step (its Python path runs that chain too)."""
+    ch = _one_chain(xs, attrs, state, held, stage)
+    if isinstance(ch, str):
+        return ch
+    return ch.native_step(None, threads, np.ascontiguousarray(xs[0]))
+
+
+def _one_chain(xs, attrs, state, held, stage):
+    """The node's one-stage :class:`~edgeops.targets.neon.norms.Chain` for X's shape, kept in
+    the node's state when its parameters are held constants (the same every call)."""
+    if not all(i in held for i in range(1, len(xs)) if xs[i] is not None):
+        return "parameters are runtime inputs"
+    return _chain_of(xs, attrs, state, stage)
+
+
+def _chain_of(xs, attrs, state, stage):
+    key = ("chain", xs[0].shape)
+    ch = state.get(key)
+    if ch is None:
+        ch = state[key] = norms.Chain([stage([None, *xs[1:]], attrs, xs[0].shape)])
+    return ch
+
+
+def _held_params(xs) -> bool:
+    """Whether the parameters are read-only arrays, as held constants are (the same every call:
+    the node's chain may keep them)."""
+    return all(not x.flags.writeable for x in xs[1:] if x is not None)
+
+
+def _norm_node(xs, attrs, state, stage, direct):
+    """A lone norm node: its one-stage chain when the parameters are held (what its native
+    step runs: the same bits either way), else ``direct()``."""
+    if state is not None and _held_params(xs) and xs[0].dtype == np.float32:
+        return [_chain_of(xs, attrs, state, stage)(np.ascontiguousarray(xs[0]))[-1]]
+    return [direct()]
+
+
 def _ln_stage(inputs, attrs, shape):
     b = inputs[2] if len(inputs) > 2 else None
     return norms.layernorm_stage(shape, inputs[1], b, attrs["axis"], attrs["epsilon"], _gelu(attrs))
@@ -147,38 +193,47 @@ def _gn_stage(inputs, attrs, shape):
 
 
 @register_kernel("LayerNormalization", T, dtypes=FP32, name="neon.layernorm", priority=10,
-                 stage=_ln_stage, plans=norms.plan_cfunc)
-def _layernorm(inputs, attrs, tiling=None):
+                 stage=_ln_stage, plans=native.warm,
+                 native=partial(_norm_native, _ln_stage))
+def _layernorm(inputs, attrs, tiling=None, state=None):
     """LayerNorm, one read for statistics and one fused normalise pass."""
     b = inputs[2] if len(inputs) > 2 else None
-    return [norms.layernorm(inputs[0], inputs[1], b, attrs["axis"], attrs["epsilon"])]
+    return _norm_node(inputs, attrs, state, _ln_stage, lambda: norms.layernorm(
+        inputs[0], inputs[1], b, attrs["axis"], attrs["epsilon"]))
 
 
 @register_kernel("ai.edgeops::LayerNormGelu", T, dtypes=FP32, name="neon.layernorm_gelu",
-                 priority=10, stage=_ln_stage, plans=norms.plan_cfunc)
-def _layernorm_gelu(inputs, attrs, tiling=None):
+                 priority=10, stage=_ln_stage, plans=native.warm,
+                 native=partial(_norm_native, _ln_stage))
+def _layernorm_gelu(inputs, attrs, tiling=None, state=None):
     """LayerNorm + GELU (erf or tanh) in one pass."""
     b = inputs[2] if len(inputs) > 2 else None
-    return [norms.layernorm(inputs[0], inputs[1], b, attrs["axis"], attrs["epsilon"], _gelu(attrs))]
+    return _norm_node(inputs, attrs, state, _ln_stage, lambda: norms.layernorm(
+        inputs[0], inputs[1], b, attrs["axis"], attrs["epsilon"], _gelu(attrs)))
 
 
 @register_kernel("GroupNormalization", T, dtypes=FP32, name="neon.groupnorm", priority=10,
-                 stage=_gn_stage, plans=norms.plan_cfunc)
-def _groupnorm(inputs, attrs, tiling=None):
+                 stage=_gn_stage, plans=native.warm,
+                 native=partial(_norm_native, _gn_stage))
+def _groupnorm(inputs, attrs, tiling=None, state=None):
     """GroupNorm, per (image, group) statistics then one fused pass."""
-    return [norms.groupnorm(inputs[0], inputs[1], inputs[2], attrs["num_groups"],
-                            attrs["epsilon"])]
+    return _norm_node(inputs, attrs, state, _gn_stage, lambda: norms.groupnorm(
+        inputs[0], inputs[1], inputs[2], attrs["num_groups"], attrs["epsilon"]))
 
 
 @register_kernel("ai.edgeops::GroupNormAct", T, dtypes=FP32, name="neon.groupnorm_act",
-                 priority=10, stage=_gn_stage, plans=norms.plan_cfunc)
-def _groupnorm_act(inputs, attrs, tiling=None):
+                 priority=10, stage=_gn_stage, plans=native.warm,
+                 native=partial(_norm_native, _gn_stage))
+def _groupnorm_act(inputs, attrs, tiling=None, state=None):
     """GroupNorm + SiLU in one pass."""
-    return [norms.groupnorm(inputs[0], inputs[1], inputs[2], attrs["num_groups"],
-                            attrs["epsilon"], attrs["activation"])]
+    return _norm_node(inputs, attrs, state, _gn_stage, lambda: norms.groupnorm(
+        inputs[0], inputs[1], inputs[2], attrs["num_groups"], attrs["epsilon"],
+        attrs["activation"]))
 
 
-@register_kernel("Softmax", T, dtypes=FP32, name="neon.softmax", priority=10)
+@register_kernel("Softmax", T, dtypes=FP32, name="neon.softmax", priority=10, plans=native.warm,
+                 native=lambda xs, attrs, *, threads, **_: native.softmax_step(
+                     xs[0], attrs["axis"], threads))
 def _softmax(inputs, attrs, tiling=None):
     """Softmax along one axis, vectorised exp."""
     return [norms.softmax(inputs[0], attrs["axis"])]
@@ -211,8 +266,12 @@ def _gap(inputs, attrs, tiling=None):
 
 
 def _register_unary(op: str, steps):
+    def _native(xs, attrs, *, threads, **_):
+        return native.act_step(xs[0], steps(attrs), threads)
+
     @register_kernel(op, T, dtypes=FP32, name=f"neon.{op.lower()}", priority=10,
-                     doc=f"{op} as a one-pass activation chain")
+                     doc=f"{op} as a one-pass activation chain", plans=native.warm,
+                     native=_native)
     def _unary(inputs, attrs, tiling=None):
         return [eltwise.chain(inputs[0], steps(attrs))]
 
@@ -239,14 +298,25 @@ def _clip(inputs, attrs, tiling=None):
 
 
 def _register_binary(op: str):
+    def _native(xs, attrs, *, threads, held, **_):
+        return native.binary_step(xs[0], xs[1], op, held, threads)
+
     @register_kernel(op, T, dtypes=FP32, name=f"neon.{op.lower()}", priority=10,
-                     doc=f"{op} with broadcasting (fast path: same shape, scalar, per-channel)")
+                     doc=f"{op} with broadcasting (fast path: same shape, scalar, per-channel)",
+                     plans=native.warm, native=_native)
     def _bin(inputs, attrs, tiling=None):
         return [eltwise.binary(inputs[0], inputs[1], op)]
 
 
 for _op in ("Add", "Sub", "Mul", "Div"):
     _register_binary(_op)
+
+
+@register_kernel("Identity", T, dtypes=FP32, name="neon.identity", priority=10, plans=native.warm,
+                 native=lambda xs, attrs, **_: native.copy_step(xs[0]))
+def _identity(inputs, attrs, tiling=None):
+    """Identity: one copy (the output is a new tensor)."""
+    return [np.array(inputs[0], np.float32, copy=True)]
 
 
 # ---- INT8 (ONNX QLinear* operators; requantisation per edgeops.ops.qarith) ------------------
