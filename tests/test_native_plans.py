@@ -115,6 +115,57 @@ def _cases(rng):
     c["gemm full C"] = ([_node("Gemm", ["a", "w", "c"], transA=1)], {"a": f(40, 23)},
                         {"w": f(40, 31), "c": f(23, 31)},
                         lambda i, w: i["a"].astype(np.float64).T @ w["w"] + w["c"])
+    def conv(v, wt, b, stride=1, pad=0, group=1):
+        v = np.pad(v.astype(np.float64), ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+        n, c, h, ww = v.shape
+        k, cg, r, t = wt.shape
+        oh, ow = (h - r) // stride + 1, (ww - t) // stride + 1
+        y = np.zeros((n, k, oh, ow))
+        kg = k // group
+        for g in range(group):
+            xs = v[:, g * cg:(g + 1) * cg]
+            for i in range(r):
+                for j in range(t):
+                    patch = xs[:, :, i:i + stride * oh:stride, j:j + stride * ow:stride]
+                    y[:, g * kg:(g + 1) * kg] += np.einsum(
+                        "nchw,kc->nkhw", patch, wt[g * kg:(g + 1) * kg, :, i, j])
+        return y + b.reshape(1, -1, 1, 1)
+    xc = f(1, 8, 13, 11)
+    for kern, attrs, wshape in (("im2col", {"pads": [1, 1, 1, 1], "strides": [2, 2], "group": 2},
+                                 (6, 4, 3, 3)),
+                                ("im2col", {}, (10, 8, 1, 1)),
+                                ("winograd", {"pads": [1, 1, 1, 1]}, (6, 8, 3, 3)),
+                                ("depthwise", {"pads": [1, 1, 1, 1], "group": 8, "strides": [2, 2]},
+                                 (8, 1, 3, 3)),
+                                ("depthwise", {"pads": [2, 2, 2, 2], "group": 8}, (16, 1, 5, 5))):
+        name = f"conv {kern} {wshape} {attrs.get('strides', [1])[0]}"
+        c[name] = ([_node("Conv", ["x", "w", "b"], kernel=f"neon.conv_{kern}", **attrs)],
+                   {"x": xc}, {"w": f(*wshape), "b": f(wshape[0])},
+                   lambda i, w, a=attrs: conv(i["x"], w["w"], w["b"], a.get("strides", [1])[0],
+                                              a.get("pads", [0])[0], a.get("group", 1)))
+    xp = f(2, 5, 17, 14)
+
+    def pool(v, k, s, p, kind, include=False):
+        v = v.astype(np.float64)
+        fill = -np.inf if kind == "max" else 0.0
+        vp = np.pad(v, ((0, 0), (0, 0), (p, p), (p, p)), constant_values=fill)
+        ones = np.pad(np.ones_like(v), ((0, 0), (0, 0), (p, p), (p, p)),
+                      constant_values=1.0 if include else 0.0)
+        oh, ow = (vp.shape[2] - k) // s + 1, (vp.shape[3] - k) // s + 1
+        win = [vp[:, :, i:i + s * oh:s, j:j + s * ow:s] for i in range(k) for j in range(k)]
+        if kind == "max":
+            return np.max(win, axis=0)
+        cnt = sum(ones[:, :, i:i + s * oh:s, j:j + s * ow:s] for i in range(k) for j in range(k))
+        return np.sum(win, axis=0) / cnt
+    c["maxpool"] = ([_node("MaxPool", ["x"], kernel_shape=[3, 3], strides=[2, 2],
+                           pads=[1, 1, 1, 1])], {"x": xp}, {},
+                    lambda i, w: pool(i["x"], 3, 2, 1, "max"))
+    c["avgpool include pad"] = ([_node("AveragePool", ["x"], kernel_shape=[3, 3],
+                                       pads=[1, 1, 1, 1], count_include_pad=1)], {"x": xp}, {},
+                                lambda i, w: pool(i["x"], 3, 1, 1, "avg", True))
+    c["global average pool"] = ([_node("GlobalAveragePool", ["x"])], {"x": xp}, {},
+                                lambda i, w: i["x"].astype(np.float64).mean((2, 3),
+                                                                            keepdims=True))
     chain_in = f(3, 5, 64)
     c["region add relu softmax"] = ([_node("Add", ["x", "b"], "s"), _node("Relu", ["s"], "r"),
                                      _node("Softmax", ["r"], axis=-1)],

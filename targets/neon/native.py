@@ -17,12 +17,14 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import carray
+from numba import carray, njit
 
 from edgeops.plans import NativeStep
-from edgeops.targets.neon import _entries, eltwise, gemm, norms
+from edgeops.targets.neon import _entries, conv, depthwise, eltwise, gemm, norms, pool, winograd
 from edgeops.targets.neon._entries import ALONE, POOL, SERIAL
 from edgeops.threads import SMALL_ELEMENTS, choice, num_threads
+
+_FM = {"contract"}
 
 
 # ---- entries ---------------------------------------------------------------------------------
@@ -82,34 +84,22 @@ def _copy(args, arrays, values, scratch):
     return 0
 
 
-def _gemm(args, arrays, values, scratch):
-    # values: M, N, K, mode, team, ars, acs, brs, bcs, ldc, accumulate, bias mode, act, mc, nc,
-    # kc, rch, cch, batch entries, A held, B held, A length, B length, bias length, C length
+@njit(cache=True, inline="always", fastmath=_FM, error_model="numpy")
+def _gemm_core(a, b, c, arrays, values):
+    """gemm_flat's kernel call from a step's data: values[0:25] and arrays[0:6] as
+    :func:`_gemm_step` lays them out (C pre-stored from arrays[8] when accumulating)."""
     M, N, K, mode = values[0], values[1], values[2], values[3]
     ars, acs, brs, bcs, ldc = values[5], values[6], values[7], values[8], values[9]
     accumulate = values[10] != 0
     bias_mode, act, mc, nc, kc = values[11], values[12], values[13], values[14], values[15]
     rch, cch, nbt = values[16], values[17], values[18]
-    a_held, b_held = values[19], values[20]
-    a_len, b_len, bias_len, c_len = values[21], values[22], values[23], values[24]
+    bias_len, c_len = values[23], values[24]
     a_offs = carray(arrays[0], (nbt,), np.int64)
     b_offs = carray(arrays[1], (nbt,), np.int64)
     c_offs = carray(arrays[2], (nbt,), np.int64)
     bias = carray(arrays[3], (bias_len,), np.float32)
     bias_offs = carray(arrays[4], (nbt,), np.int64)
     fv = carray(arrays[5], (3,), np.float64)
-    i = 0
-    if a_held:
-        a = carray(arrays[6], (a_len,), np.float32)
-    else:
-        a = carray(args[i], (a_len,), np.float32)
-        i += 1
-    if b_held:
-        b = carray(arrays[7], (b_len,), np.float32)
-    else:
-        b = carray(args[i], (b_len,), np.float32)
-        i += 1
-    c = carray(args[i], (c_len,), np.float32)
     if accumulate:
         pre = carray(arrays[8], (c_len,), np.float32)
         for j in range(c_len):
@@ -123,11 +113,106 @@ def _gemm(args, arrays, values, scratch):
         gemm._gemm_par(M, N, K, a, a_offs, ars, acs, b, b_offs, brs, bcs, c, c_offs, ldc, alpha,
                        accumulate, bias, bias_offs, bias_mode, act, fv[1], fv[2], mc, nc, kc,
                        rch, cch)
+
+
+def _gemm(args, arrays, values, scratch):
+    # values[19:25]: A held, B held, A length, B length, bias length, C length
+    a_held, b_held, a_len, b_len, c_len = values[19], values[20], values[21], values[22], \
+        values[24]
+    i = 0
+    if a_held:
+        a = carray(arrays[6], (a_len,), np.float32)
+    else:
+        a = carray(args[i], (a_len,), np.float32)
+        i += 1
+    if b_held:
+        b = carray(arrays[7], (b_len,), np.float32)
+    else:
+        b = carray(args[i], (b_len,), np.float32)
+        i += 1
+    _gemm_core(a, b, carray(args[i], (c_len,), np.float32), arrays, values)
+    return 0
+
+
+def _conv_im2col(args, arrays, values, scratch):
+    # the GEMM of values[0:25] (A: the held weights, B: the columns in scratch), then
+    # values[25:]: X length, columns length, images, C, H, W, G, Cg, R, S, OH, OW, sh, sw, dh,
+    # dw, ph, pw
+    v = values
+    x = carray(args[0], (v[25],), np.float32)
+    cols = carray(scratch, (v[26],), np.float32)
+    conv._im2col(x, 0, v[27], v[28], v[29], v[30], v[31], v[32], v[33], v[34], v[35], v[36],
+                 v[37], v[38], v[39], v[40], v[41], v[42], cols, 0)
+    w = carray(arrays[6], (v[21],), np.float32)
+    _gemm_core(w, cols, carray(args[1], (v[24],), np.float32), arrays, values)
+    return 0
+
+
+def _winograd(args, arrays, values, scratch):
+    # the GEMM of values[0:25] (A: the transformed weights, B: v, C: m, both in scratch), then
+    # values[25:]: X length, v length, m length, images, C, H, W, TH, TW, ph, pw, K, OH, OW,
+    # has bias, act, bias length; arrays[9]: the bias, arrays[10]: p0, p1 (float64)
+    v = values
+    x = carray(args[0], (v[25],), np.float32)
+    tv = carray(scratch, (v[26],), np.float32)
+    m = carray(scratch, (v[26] + v[27],), np.float32)[v[26]:]
+    winograd._input_transform(x, 0, v[28], v[29], v[30], v[31], v[32], v[33], v[34], v[35], tv)
+    u = carray(arrays[6], (v[21],), np.float32)
+    _gemm_core(u, tv, m, arrays, values)
+    bias = carray(arrays[9], (v[41],), np.float32)
+    fp = carray(arrays[10], (2,), np.float64)
+    y = carray(args[1], (v[28] * v[36] * v[37] * v[38],), np.float32)
+    winograd._output_transform(m, 0, v[28], v[36], v[37], v[38], v[32], v[33], bias, v[39] != 0,
+                               y, v[40], fp[0], fp[1])
+    return 0
+
+
+def _depthwise(args, arrays, values, scratch):
+    # values: X length, Y length, W length, bias length, has bias, act, 3x3 kernel, N, C, H, W,
+    # K, R, S, OH, OW, sh, sw, dh, dw, ph, pw; arrays: W, bias, (p0, p1)
+    v = values
+    x = carray(args[0], (v[0],), np.float32)
+    y = carray(args[1], (v[1],), np.float32)
+    w = carray(arrays[0], (v[2],), np.float32)
+    bias = carray(arrays[1], (v[3],), np.float32)
+    fp = carray(arrays[2], (2,), np.float64)
+    if v[6]:
+        depthwise._dw3_kernel(x, w, bias, v[4] != 0, y, v[7], v[8], v[9], v[10], v[11], v[14],
+                              v[15], v[16], v[17], v[18], v[20], v[21], v[5], fp[0], fp[1])
+    else:
+        depthwise._dw_kernel(x, w, bias, v[4] != 0, y, v[7], v[8], v[9], v[10], v[11], v[12],
+                             v[13], v[14], v[15], v[16], v[17], v[18], v[19], v[20], v[21], v[5],
+                             fp[0], fp[1])
+    return 0
+
+
+def _pool(args, arrays, values, scratch):
+    # values: X length, Y length, then the kernel's integer arguments as pool._call lays them
+    # out (planes, H, W, OH, OW, R, S, sh, sw, dh, dw, ph, pw, eh, max, include pad, act),
+    # columns length, wp; arrays: columns, (p0, p1)
+    v = values
+    x = carray(args[0], (v[0],), np.float32)
+    y = carray(args[1], (v[1],), np.float32)
+    cols = carray(arrays[0], (v[19],), np.float32)
+    fp = carray(arrays[1], (2,), np.float64)
+    pool._pool_kernel(x, y, v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9], v[10], v[11], v[12],
+                      v[13], v[14], v[15], v[16] != 0, v[17] != 0, v[18], fp[0], fp[1], cols,
+                      v[20])
+    return 0
+
+
+def _gap(args, arrays, values, scratch):
+    planes, size = values[0], values[3]
+    x = carray(args[0], (planes * size,), np.float32)
+    y = carray(args[1], (planes,), np.float32)
+    pool._gap_kernel(x, y, planes, size)
     return 0
 
 
 _BODIES = {"neon.act": _act, "neon.binary": _binary, "neon.softmax": _softmax,
-           "neon.copy": _copy, "neon.gemm": _gemm}
+           "neon.copy": _copy, "neon.gemm": _gemm, "neon.conv_im2col": _conv_im2col,
+           "neon.winograd": _winograd, "neon.depthwise": _depthwise, "neon.pool": _pool,
+           "neon.gap": _gap}
 
 
 def entry(name: str) -> int:
@@ -245,7 +330,8 @@ _EMPTY_F32 = np.zeros(1, np.float32)
 
 
 def _gemm_step(lay, a_src, b_src, a_run, b_run, out_shape, strides, bias_vec, bias_mode, pre,
-               alpha: float, act, threads: int, reads):
+               alpha: float, act, threads: int, reads, *, name="neon.gemm", extra=(),
+               extra_arrays=(), scratch=0, ldc=None, team=None):
     """A :func:`~edgeops.targets.neon.gemm.gemm_flat` call as a step: ``lay`` its layout (made
     on the calling thread capped at ``threads``, as the Python path makes it), ``a_src`` /
     ``b_src`` the flat held operand or None (then ``a_run`` / ``b_run``: the runtime input's
@@ -253,27 +339,29 @@ def _gemm_step(lay, a_src, b_src, a_run, b_run, out_shape, strides, bias_vec, bi
     M, N, K = lay["M"], lay["N"], lay["K"]
     ars, acs, brs, bcs = strides
     if lay["items"] == 1:
-        mode, team = SERIAL, 1
+        mode, t = SERIAL, 1
     elif lay["serial"]:
-        mode, team = ALONE, 1
+        mode, t = ALONE, 1
     else:
-        mode, team = POOL, max(1, min(threads, num_threads()))
+        mode, t = POOL, max(1, min(threads, num_threads()))
+    team = t if team is None else team
     c_len = int(np.prod(out_shape, dtype=np.int64))
     bias = _EMPTY_F32 if bias_vec is None else np.ascontiguousarray(bias_vec, np.float32)
     a_len = a_src.size if a_src is not None else a_run[1]
     b_len = b_src.size if b_src is not None else b_run[1]
-    values = [M, N, K, mode, team, ars, acs, brs, bcs, N, pre is not None, bias_mode, act[0],
+    values = [M, N, K, mode, team, ars, acs, brs, bcs, N if ldc is None else ldc,
+              pre is not None, bias_mode, act[0],
               lay["mc"], lay["nc"], lay["kc"], lay["rch"], lay["cch"], len(lay["a_offs"]),
-              a_src is not None, b_src is not None, a_len, b_len, bias.size, c_len]
+              a_src is not None, b_src is not None, a_len, b_len, bias.size, c_len, *extra]
     fv = np.array([alpha, act[1], act[2]], np.float64)
     arrays = (lay["a_offs"], lay["b_offs"], lay["c_offs"], bias, lay["bias_offs"], fv,
               _EMPTY_F32 if a_src is None else np.ascontiguousarray(a_src),
               _EMPTY_F32 if b_src is None else np.ascontiguousarray(b_src),
-              _EMPTY_F32 if pre is None else np.ascontiguousarray(pre, np.float32).reshape(-1))
+              _EMPTY_F32 if pre is None else np.ascontiguousarray(pre, np.float32).reshape(-1),
+              *extra_arrays)
     ins = tuple(("float32", tuple(r[0])) for r in (a_run, b_run) if r is not None)
-    return NativeStep("neon.gemm", entry("neon.gemm"), tuple(reads), ins,
-                      (("float32", tuple(out_shape)),), arrays, np.array(values, np.int64), 0,
-                      team)
+    return NativeStep(name, entry(name), tuple(reads), ins, (("float32", tuple(out_shape)),),
+                      arrays, np.array(values, np.int64), scratch, team)
 
 
 def matmul_step(a, b, held, threads: int, tiling=None):
@@ -330,3 +418,115 @@ def gemm_node_step(xs, attrs, held, threads: int, tiling=None):
                       else (b.shape, b.size), (M, N), (ars, acs, brs, bcs), bias_vec, mode, pre,
                       float(attrs["alpha"]), (0, 0.0, 0.0), threads,
                       (0,) if b_src is not None else (0, 1))
+
+
+def conv_step(x, w, b, g, act, held, threads: int, kernel: str, tiling=None):
+    """A Conv / ConvBnAct node as a step, the way its Python path (conv2d_im2col,
+    conv2d_winograd, conv2d_depthwise) runs it: X runtime, W and B held."""
+    from edgeops.targets.neon.blocking import from_tiling
+    from edgeops.threads import capped
+    if 0 in held or 1 not in held or (b is not None and 2 not in held):
+        return "X must be a runtime input, W and B held constants"
+    if not (_f32(x) and _f32(w)) or not x.flags.c_contiguous:
+        return "inputs are not fp32"
+    bias = None if b is None else np.ascontiguousarray(b, np.float32).reshape(-1)
+    out = (g.n, g.k, g.oh, g.ow)
+    threads = max(1, min(threads, num_threads()))
+    if kernel == "depthwise":
+        return _depthwise_step(x, w, bias, g, act, out, threads)
+    if kernel == "winograd":
+        return _winograd_step(x, w, bias, g, act, out, threads, from_tiling(tiling))
+    blocking = from_tiling(tiling)
+    G, P, KK = g.group, g.oh * g.ow, g.cg * g.r * g.s
+    wf = np.ascontiguousarray(w).reshape(-1)
+    from edgeops.targets.neon import epilogue as ep
+    mode = ep.BIAS_NONE if bias is None else ep.BIAS_ROW
+    ng = np.arange(g.n * G, dtype=np.int64)
+    if g.is_pointwise:
+        lay = capped(threads, gemm.flat_layout, g.kg, P, KK, (ng % G) * g.kg * KK,
+                     ng * (g.cg * P), ng * (g.kg * P), (ng % G) * g.kg, blocking)
+        return _gemm_step(lay, wf, None, None, (x.shape, x.size), out, (KK, 1, P, 1), bias,
+                          mode, None, 1.0, act, threads, (0,), ldc=P)
+    per_img = G * KK * P * 4
+    if max(1, min(g.n, conv._COLS_BUDGET // max(per_img, 1))) < g.n:
+        return "its im2col runs in chunks of images"
+    cols = g.n * G * KK * P
+    lay = capped(threads, gemm.flat_layout, g.kg, P, KK, (ng % G) * g.kg * KK, ng * (KK * P),
+                 ng * (g.kg * P), (ng % G) * g.kg, blocking)
+    extra = (x.size, cols, g.n, g.c, g.h, g.w, G, g.cg, g.r, g.s, g.oh, g.ow, g.sh, g.sw, g.dh,
+             g.dw, g.ph, g.pw)
+    return _gemm_step(lay, wf, None, None, (x.shape, x.size), out, (KK, 1, P, 1), bias, mode,
+                      None, 1.0, act, threads, (0,), name="neon.conv_im2col", extra=extra,
+                      scratch=cols * 4, ldc=P,
+                      team=max(1, threads) if cols >= SMALL_ELEMENTS else None)
+
+
+def _winograd_step(x, w, bias, g, act, out, threads, blocking):
+    from edgeops.threads import capped
+    TH, TW = (g.oh + 1) // 2, (g.ow + 1) // 2
+    per_img = 16 * (g.c + g.k) * TH * TW * 4
+    if max(1, min(g.n, winograd._BUDGET // max(per_img, 1))) < g.n:
+        return "its transforms run in chunks of images"
+    u = winograd.cached_weights(w, w.flags.c_contiguous)
+    P = g.n * TH * TW
+    e = np.arange(16, dtype=np.int64)
+    nv, nm = 16 * g.c * P, 16 * g.k * P
+    lay = capped(threads, gemm.flat_layout, g.k, P, g.c, e * (g.k * g.c), e * (g.c * P),
+                 e * (g.k * P), None, blocking)
+    b = np.zeros(1, np.float32) if bias is None else bias
+    extra = (x.size, nv, nm, g.n, g.c, g.h, g.w, TH, TW, g.ph, g.pw, g.k, g.oh, g.ow,
+             bias is not None, act[0], b.size)
+    from edgeops.targets.neon import epilogue as ep
+    return _gemm_step(lay, np.ascontiguousarray(u).reshape(-1), None, None, (x.shape, x.size),
+                      out, (g.c, 1, P, 1), None, ep.BIAS_NONE, None, 1.0, (0, 0.0, 0.0),
+                      threads, (0,), name="neon.winograd", extra=extra,
+                      extra_arrays=(b, np.array([act[1], act[2]], np.float64)),
+                      scratch=(nv + nm) * 4, ldc=P,
+                      team=threads if max(nv, nm) >= SMALL_ELEMENTS else None)
+
+
+def _depthwise_step(x, w, bias, g, act, out, threads):
+    if not g.is_depthwise:
+        return "not depthwise"
+    ysize = g.n * g.k * g.oh * g.ow
+    b = np.zeros(1, np.float32) if bias is None else bias
+    wf = np.ascontiguousarray(w).reshape(-1)
+    values = [x.size, ysize, wf.size, b.size, bias is not None, act[0],
+              depthwise.uses_dw3(g), g.n, g.c, g.h, g.w, g.k, g.r, g.s, g.oh, g.ow, g.sh, g.sw,
+              g.dh, g.dw, g.ph, g.pw]
+    team = 1 if ysize < SMALL_ELEMENTS else threads
+    return NativeStep("neon.depthwise", entry("neon.depthwise"), (0,),
+                      (("float32", tuple(x.shape)),), (("float32", out),),
+                      (wf, b, np.array([act[1], act[2]], np.float64)),
+                      np.array(values, np.int64), 0, team)
+
+
+def pool_step(x, kind: str, attrs, threads: int):
+    """MaxPool / AveragePool (2-D) as a step, with the arguments its Python path works out."""
+    if not _f32(x) or x.ndim != 4:
+        return "X is not 4-D fp32"
+    k = pool.pool_call(x.shape, kind, attrs)
+    how = team(k["key"], x.size, threads, lambda: pool.pool_from_attrs(x, kind, attrs))
+    if how is None:
+        return None
+    a = k["args"]
+    cols = np.ascontiguousarray(a[19], np.float32)
+    values = [x.size, math.prod(k["y_shape"]), *a[:16], a[16], cols.size, a[20]]
+    return NativeStep("neon.pool", entry("neon.pool"), (0,), (("float32", tuple(x.shape)),),
+                      (("float32", tuple(k["y_shape"])),),
+                      (cols, np.array([a[17], a[18]], np.float64)),
+                      np.array(values, np.int64), 0, how[1])
+
+
+def gap_step(x, threads: int):
+    if not _f32(x) or x.ndim < 3:
+        return "X is not fp32 (N, C, spatial...)"
+    size = int(np.prod(x.shape[2:], dtype=np.int64))
+    how = team(("gap", x.shape), x.size, threads, lambda: pool.global_avgpool(x))
+    if how is None:
+        return None
+    out = x.shape[:2] + (1,) * (x.ndim - 2)
+    return NativeStep("neon.gap", entry("neon.gap"), (0,), (("float32", tuple(x.shape)),),
+                      (("float32", out),), (),
+                      np.array([x.shape[0] * x.shape[1], how[0], how[1], size], np.int64), 0,
+                      how[1])

@@ -173,20 +173,29 @@ def pool2d(x, kind: str, kernel, strides, dilations, pads_begin, pads_end, out_h
         raise EdgeOpsError(f"neon pool: X must be a 4-D float32 array (N, C, H, W), got "
                            f"{getattr(x, 'dtype', type(x).__name__)} {getattr(x, 'shape', '')}")
     x = np.ascontiguousarray(x)
-    n, c, h, w = x.shape
+    k = _call(x.shape, kind, kernel, strides, dilations, pads_begin, pads_end, out_hw,
+              count_include_pad, act)
+    y = np.empty(k["y_shape"], np.float32)
+    with alone_or_pool(k["key"], x.size):
+        _pool_kernel(x.reshape(-1), y.reshape(-1), *k["args"])
+    return y
+
+
+def _call(shape, kind, kernel, strides, dilations, pads_begin, pads_end, out_hw,
+          count_include_pad, act) -> dict:
+    """The pooling kernel's arguments after X and Y, Y's shape and the thread-choice key."""
+    n, c, h, w = shape
     (oh, ow), (r, s) = out_hw, kernel
-    y = np.empty((n, c, oh, ow), np.float32)
     a = act if isinstance(act, tuple) else ep.activation(act)
     sw, dw, pw = int(strides[1]), int(dilations[1]), int(pads_begin[1])
     cols = _columns(w, ow, s, sw, dw, pw, int(pads_end[1]), bool(count_include_pad))
     wp = max(w + pw, (ow - 1) * sw + (s - 1) * dw + 1)     # the padded row every tap reads in
-    key = ("pool", x.shape, kind, tuple(kernel), tuple(strides), tuple(dilations),
+    key = ("pool", tuple(shape), kind, tuple(kernel), tuple(strides), tuple(dilations),
            tuple(pads_begin), tuple(pads_end), a)
-    with alone_or_pool(key, x.size):
-        _pool_kernel(x.reshape(-1), y.reshape(-1), n * c, h, w, oh, ow, r, s, strides[0], sw,
-                     dilations[0], dw, pads_begin[0], pw, pads_end[0], kind == "max",
-                     bool(count_include_pad), a[0], a[1], a[2], cols, wp)
-    return y
+    return {"y_shape": (n, c, oh, ow), "key": key,
+            "args": (n * c, h, w, oh, ow, r, s, strides[0], sw, dilations[0], dw,
+                     pads_begin[0], pw, pads_end[0], kind == "max", bool(count_include_pad),
+                     a[0], a[1], a[2], cols, wp)}
 
 
 @functools.lru_cache(maxsize=1024)
@@ -200,11 +209,23 @@ def _columns(W, OW, S, sw, dw, pw, ew, include_pad):
 
 def pool_from_attrs(x, kind: str, attrs: dict, act=None) -> np.ndarray:
     """MaxPool/AveragePool with ONNX attributes (2-D only)."""
-    from edgeops.ops import _window as win
     if x.ndim != 4:
         raise EdgeOpsError(f"neon pool: only 2-D pooling (4-D X) is implemented, got {x.shape}")
+    ks, b, e, out, st, d = _geometry(x.shape, attrs)
+    return pool2d(x, kind, ks, st, d, b, e, out, bool(attrs.get("count_include_pad", 0)), act)
+
+
+def pool_call(shape, kind: str, attrs: dict, act=None) -> dict:
+    """What :func:`pool_from_attrs` calls its kernel with for X of ``shape`` (a native step
+    holds it): the arguments after X and Y, Y's shape and the thread-choice key."""
+    ks, b, e, out, st, d = _geometry(shape, attrs)
+    return _call(shape, kind, ks, st, d, b, e, out, bool(attrs.get("count_include_pad", 0)), act)
+
+
+def _geometry(shape, attrs):
+    from edgeops.ops import _window as win
     try:
-        key = (tuple(x.shape[2:]), tuple(sorted(
+        key = (tuple(shape[2:]), tuple(sorted(
             (k, tuple(v) if isinstance(v, list) else v) for k, v in attrs.items())))
         geo = _GEOMS.get(key)
     except TypeError:       # an unhashable attribute value: work it out every time
@@ -212,13 +233,12 @@ def pool_from_attrs(x, kind: str, attrs: dict, act=None) -> np.ndarray:
     if geo is None:
         ks = tuple(attrs["kernel_shape"])
         full = {"auto_pad": "NOTSET", "strides": None, "dilations": None, "pads": None, **attrs}
-        geo = (ks, *win.geometry("Pool", full, x.shape[2:], ks, bool(attrs.get("ceil_mode", 0))))
+        geo = (ks, *win.geometry("Pool", full, shape[2:], ks, bool(attrs.get("ceil_mode", 0))))
         if key is not None:
             if len(_GEOMS) >= 4096:
                 _GEOMS.clear()
             _GEOMS[key] = geo
-    ks, b, e, out, st, d = geo
-    return pool2d(x, kind, ks, st, d, b, e, out, bool(attrs.get("count_include_pad", 0)), act)
+    return geo
 
 
 _GEOMS: dict = {}     # (spatial shape, attribute values) -> window geometry

@@ -100,22 +100,35 @@ def _conv_inputs(inputs):
     return inputs[0], inputs[1], (inputs[2] if len(inputs) > 2 else None)
 
 
+def _conv_native(kind):
+    def make(xs, attrs, *, threads, held, tiling=None, **_):
+        x, w, b = _conv_inputs(xs)
+        if x is None or w is None or x.ndim != 4 or w.ndim != 4:
+            return "X and W must be 4-D"
+        return native.conv_step(x, w, b, geom_from_attrs(x.shape, w.shape, attrs),
+                                _act_of(attrs), held, threads, kind, tiling)
+    return make
+
+
 def _register_conv(op: str, suffix: str, doc: str):
     @register_kernel(op, T, dtypes=FP32, predicate=_depthwise_pred, priority=30,
-                     name=f"neon.{suffix}_depthwise", doc=f"{doc}: direct depthwise")
+                     name=f"neon.{suffix}_depthwise", doc=f"{doc}: direct depthwise",
+                     plans=native.warm, native=_conv_native("depthwise"))
     def _dw(inputs, attrs, tiling=None):
         x, w, b = _conv_inputs(inputs)
         return [conv2d_depthwise(x, w, b, geom_from_attrs(x.shape, w.shape, attrs), _act_of(attrs))]
 
     @register_kernel(op, T, dtypes=FP32, predicate=_winograd_pred, priority=20,
-                     name=f"neon.{suffix}_winograd", doc=f"{doc}: Winograd F(2x2,3x3)")
+                     name=f"neon.{suffix}_winograd", doc=f"{doc}: Winograd F(2x2,3x3)",
+                     plans=native.warm, native=_conv_native("winograd"))
     def _wino(inputs, attrs, tiling=None):
         x, w, b = _conv_inputs(inputs)
         return [conv2d_winograd(x, w, b, geom_from_attrs(x.shape, w.shape, attrs),
                                 _act_of(attrs), tiling=tiling)]
 
     @register_kernel(op, T, dtypes=FP32, predicate=_im2col_pred, priority=10,
-                     name=f"neon.{suffix}_im2col", doc=f"{doc}: im2col + packed GEMM")
+                     name=f"neon.{suffix}_im2col", doc=f"{doc}: im2col + packed GEMM",
+                     plans=native.warm, native=_conv_native("im2col"))
     def _i2c(inputs, attrs, tiling=None):
         x, w, b = _conv_inputs(inputs)
         return [conv2d_im2col(x, w, b, geom_from_attrs(x.shape, w.shape, attrs),
@@ -246,20 +259,25 @@ def _pool_pred(node):
     return True
 
 
-@register_kernel("MaxPool", T, dtypes=FP32, predicate=_pool_pred, name="neon.maxpool", priority=10)
+@register_kernel("MaxPool", T, dtypes=FP32, predicate=_pool_pred, name="neon.maxpool", priority=10,
+                 plans=native.warm, native=lambda xs, attrs, *, threads, **_:
+                 native.pool_step(xs[0], "max", attrs, threads))
 def _maxpool(inputs, attrs, tiling=None):
     """2-D max pooling (pads, strides, dilations, ceil_mode)."""
     return [pool.pool_from_attrs(inputs[0], "max", attrs)]
 
 
 @register_kernel("AveragePool", T, dtypes=FP32, predicate=_pool_pred, name="neon.avgpool",
-                 priority=10)
+                 priority=10, plans=native.warm, native=lambda xs, attrs, *, threads, **_:
+                 native.pool_step(xs[0], "avg", attrs, threads))
 def _avgpool(inputs, attrs, tiling=None):
     """2-D average pooling (count_include_pad, ceil_mode)."""
     return [pool.pool_from_attrs(inputs[0], "avg", attrs)]
 
 
-@register_kernel("GlobalAveragePool", T, dtypes=FP32, name="neon.global_avgpool", priority=10)
+@register_kernel("GlobalAveragePool", T, dtypes=FP32, name="neon.global_avgpool", priority=10,
+                 plans=native.warm,
+                 native=lambda xs, attrs, *, threads, **_: native.gap_step(xs[0], threads))
 def _gap(inputs, attrs, tiling=None):
     """Mean over the spatial axes."""
     return [pool.global_avgpool(inputs[0])]
