@@ -70,13 +70,13 @@ KEYS: tuple[Key, ...] = (
     Key("inputs[].name", "str", min=1),
     Key("inputs[].dtype", "str", choices=tuple(short_names())),
     Key("inputs[].shape", "list", max=32),
-    Key("inputs[].shape[]", "int|str", min=0),
+    Key("inputs[].shape[]", "int", min=1),     # compile needs static inputs
     Key("outputs", "list", min=1, max=4096),
     Key("outputs[]", "dict"),
     Key("outputs[].name", "str", min=1),
     Key("outputs[].dtype", "str", choices=tuple(short_names())),
     Key("outputs[].shape", "list", max=32),
-    Key("outputs[].shape[]", "int|str", min=0),
+    Key("outputs[].shape[]", "int|str", min=0),   # data-dependent dims stay symbolic
     Key("placement", "list"),
     Key("placement[]", "dict"),
     Key("placement[].node", "str"),

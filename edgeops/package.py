@@ -237,6 +237,18 @@ def write(lowering, out, *, force: bool = False, seed: int = 0, verify: bool = T
     return load(out, check_kernels=False)
 
 
+def check_destination(out, force: bool) -> None:
+    """Refuse, before any work, a destination that exists (unless ``force`` and it is a package)
+    or whose nearest existing folder is not a writable directory."""
+    out = Path(out)
+    _check_destination(out, force)
+    up = out.parent
+    while not (up.exists() or up.is_symlink()):
+        up = up.parent
+    if not up.is_dir() or not os.access(up, os.W_OK | os.X_OK):
+        raise PackageError(f"cannot write the package {out}: {up} is not a writable directory")
+
+
 def _check_destination(out: Path, force: bool) -> None:
     if not (out.exists() or out.is_symlink()):
         return
@@ -342,8 +354,11 @@ def _canonical(doc: dict) -> bytes:
 
 
 def _install(out: Path, blobs: dict, doc: dict) -> None:
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    except OSError as e:
+        raise PackageError(f"cannot write the package {out}: {e.strerror or e}") from None
     umask = os.umask(0)
     os.umask(umask)
     os.chmod(tmp, 0o777 & ~umask)    # mkdtemp makes it private; a package is an ordinary dir
