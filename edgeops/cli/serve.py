@@ -5,11 +5,12 @@ it. Flags override the package manifest's ``runtime`` settings. :func:`serve` is
 Python (:func:`edgeops.serve.http.serve`)."""
 from __future__ import annotations
 
-from edgeops.cli.common import float_in, int_in, port, threads
-
 import sys
 
-from edgeops.serve.http import DEFAULT_MAX_BODY, serve
+from edgeops.cli.common import float_in, int_in, port, threads
+
+from edgeops.serve.http import (DEFAULT_DRAIN_S, DEFAULT_MAX_BODY, DEFAULT_MAX_CONNECTIONS,
+                                DEFAULT_READ_TIMEOUT_S, serve)
 
 
 def add(sub):
@@ -34,6 +35,17 @@ def add(sub):
     p.add_argument("--rule", action="append", metavar="COND=SIZE:cpu", help="target condition, "
                    "e.g. device_memory_below=512M:cpu (repeatable; replaces the manifest's)")
     p.add_argument("--no-watch", action="store_true", help="do not reload when the package changes")
+    p.add_argument("--token", help="required as Authorization: Bearer TOKEN by /reload and "
+                   "/metrics, and to listen beyond loopback (default: $EDGEOPS_SERVE_TOKEN)")
+    p.add_argument("--read-timeout", type=float_in(0.01, 3600, "a read timeout in seconds"),
+                   default=DEFAULT_READ_TIMEOUT_S, metavar="S",
+                   help="close a connection whose request does not arrive within S seconds")
+    p.add_argument("--max-connections", type=int_in(1, 65536, "a connection count"),
+                   default=DEFAULT_MAX_CONNECTIONS, help="connections served at once; "
+                   "more are answered 503")
+    p.add_argument("--drain", type=float_in(0, 3600, "a drain time in seconds"),
+                   default=DEFAULT_DRAIN_S, metavar="S",
+                   help="on SIGTERM, let in-flight requests finish for up to S seconds")
     p.set_defaults(func=run)
 
 
@@ -45,5 +57,7 @@ def run(args) -> int:
           workers=args.workers, max_queue=args.max_queue, watch=not args.no_watch,
           threads=args.threads, deadline_s=args.deadline, retries=args.retries,
           max_batch=args.max_batch, batch_delay_ms=args.batch_delay_ms,
-          guard=args.output_guard, rules=args.rule)
+          guard=args.output_guard, rules=args.rule, token=args.token,
+          read_timeout_s=args.read_timeout, max_connections=args.max_connections,
+          drain_s=args.drain)
     return 0
