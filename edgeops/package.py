@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -161,9 +162,18 @@ def ort_outputs(model, feeds: dict) -> dict[str, np.ndarray]:
     """ONNX Runtime (default graph optimisations, CPU, exact int8: see
     :data:`edgeops.ort.EXACT_INT8`) on a standard ONNX model."""
     import onnxruntime as ort
+    from edgeops.errors import ModelError
     from edgeops.ort import exact_int8
-    sess = ort.InferenceSession(model.SerializeToString(), exact_int8(ort.SessionOptions()),
-                                providers=["CPUExecutionProvider"])
+    try:
+        sess = ort.InferenceSession(model.SerializeToString(), exact_int8(ort.SessionOptions()),
+                                    providers=["CPUExecutionProvider"])
+    except Exception as e:  # noqa: BLE001  (ORT's own exception types: Fail, InvalidGraph, ...)
+        if not type(e).__module__.startswith("onnxruntime"):
+            raise
+        why = " ".join(str(e).split())
+        why = re.sub(r"/onnxruntime_src/\S+:\d+ [^()]*\([^)]*\)\s*", "", why)  # C++ location
+        raise ModelError(f"ONNX Runtime cannot load the model, so edgeops cannot compute its "
+                         f"reference outputs: {why[:300]}") from None
     names = [o.name for o in sess.get_outputs()]
     return dict(zip(names, sess.run(names, feeds)))
 

@@ -83,12 +83,33 @@ class World:
                                   [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 64])],
                                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 64])])
             onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), str(sym))
+        _bad_models(work)
         return cls(work, Path(pkg), board, sym)
+
+    def model(self, name: str) -> str:
+        return str(self.work / f"bad-{name}.onnx")
 
     def scratch(self, name: str) -> Path:
         d = self.work / "cases"
         d.mkdir(exist_ok=True)
         return d / name
+
+
+def _bad_models(work: Path) -> None:
+    """Models that load and inspect, but that no reference run can take: an op of an unknown
+    domain, opset 999, an input of 2^31 float32 elements (8 GiB)."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    def save(name, node, opsets, dims):
+        g = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, dims)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, dims)])
+        onnx.save(helper.make_model(g, opset_imports=opsets), str(work / f"bad-{name}.onnx"))
+    std = helper.make_opsetid("", 17)
+    save("domain", helper.make_node("Frob", ["x"], ["y"], domain="com.unknown"),
+         [std, helper.make_opsetid("com.unknown", 1)], [2, 4])
+    save("opset", helper.make_node("Relu", ["x"], ["y"]), [helper.make_opsetid("", 999)], [2, 4])
+    save("big", helper.make_node("Relu", ["x"], ["y"]), [std], [2**31])
 
 
 # ---- generators ---------------------------------------------------------------------------------
@@ -371,6 +392,8 @@ def path_cases(w: World, rng, n: int) -> list[Case]:
         ["compile", "/dev/null", "--board", "host", "-o", str(w.scratch("x"))],
         ["compile", "sample", "--board", "host", "-o", "/proc/self/edgeops-pkg"],
         ["simulate", "/proc/self/status", "--board", "host"],
+        *[["compile", w.model(m), "--board", "host", "-o", str(w.scratch(f"m-{m}"))]
+          for m in ("domain", "opset", "big")],
         # estimated before anything runs: minutes of emulation
         ["simulate", "--op", "gemm:M=4096,N=4096,K=4096,dtype=fp16", "--board", "ascend-310b",
          "--emulate"],
