@@ -42,10 +42,26 @@ returns carry their own sources and are validated like any other.
 from __future__ import annotations
 
 import hashlib
+import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from edgeops.errors import BoardError
+
+# Plausible ranges of figures, by key (wherever it appears), inclusive: a zero, infinite or
+# absurd figure would give NaN, infinite or meaningless predictions downstream, so it is refused
+# at load. Wide on purpose: from microcontrollers to datacentre accelerators.
+PLAUSIBLE = {
+    "hz": (1e6, 1e11), "count": (1, 10**6), "per_core": (1, 10**6),
+    "flops_per_cycle": (1e-3, 1e8), "size_bytes": (1, 2**50), "alignment_bytes": (1, 2**20),
+    "bandwidth_bytes_per_s": (1e6, 1e16), "host_device_bandwidth_bytes_per_s": (1e6, 1e16),
+    "setup_latency_s": (0, 1), "overhead_s": (0, 1), "op_overhead_s": (0, 1),
+    "burst_bytes": (1, 2**20), "gemm_efficiency": (1e-3, 1), "stream_efficiency": (1e-3, 1),
+    "warp_size": (1, 1024), "max_threads_per_sm": (1, 2**20), "max_threads_per_block": (1, 2**20),
+    "max_blocks_per_sm": (1, 2**16), "registers_per_sm": (1, 2**30),
+    "max_registers_per_thread": (1, 2**16), "shared_memory_per_sm_bytes": (1, 2**40),
+    "shared_memory_per_block_bytes": (1, 2**40),
+}
 
 KINDS = ("cpu", "gpu", "npu")
 ARCHITECTURES = ("combined", "separated")
@@ -240,16 +256,28 @@ def _table(ctx: _Ctx, where: str, tbl: Any, fields: dict[str, type], figures: se
         if key in figures and not fsrc:
             raise ctx.err(f"{where}.{key}", "figure has no source")
         val = _check_type(ctx, f"{where}.{key}", val, typ)
+        if key in PLAUSIBLE:
+            for k, v in (val.items() if isinstance(val, dict) else [(None, val)]):
+                _plausible(ctx, f"{where}.{key}" + (f".{k}" if k else ""), v, PLAUSIBLE[key])
         if key in figures:
             ctx.sources[f"{where}.{key}"] = fsrc
         out[key] = val
     return out
 
 
+def _plausible(ctx, key, val, bounds) -> None:
+    lo, hi = bounds
+    if not lo <= val <= hi:
+        raise ctx.err(key, f"{val!r} is not a plausible figure (expected {lo:g} to {hi:g}); "
+                           f"check the value and its unit")
+
+
 def _check_type(ctx, key, val, typ):
     if typ is float:
         if isinstance(val, bool) or not isinstance(val, (int, float)):
             raise ctx.err(key, f"must be a number, got {val!r}")
+        if not math.isfinite(val):
+            raise ctx.err(key, f"must be a finite number, got {val!r}")
         if val < 0:
             raise ctx.err(key, f"must be >= 0, got {val!r}")
         return float(val)
@@ -295,7 +323,7 @@ def parse_board(doc: dict, file: str, resolve=None, expected_name: str | None = 
     unknown = set(doc) - _TOP
     if unknown:
         raise ctx.err("(top level)", f"unknown key(s) {sorted(unknown)}; allowed: {sorted(_TOP)}")
-    if doc.get("schema") != 1:
+    if doc.get("schema") != 1 or isinstance(doc.get("schema"), bool):   # true == 1 in Python
         raise ctx.err("schema", f"must be 1, got {doc.get('schema')!r}")
     head = {k: doc.get(k) for k in ("name", "description", "kind")}
     for k, v in head.items():

@@ -1,4 +1,5 @@
-"""edgeops' on/off environment switches, read one way everywhere."""
+"""edgeops' on/off environment switches, read one way everywhere, and the memory this machine
+has available (what resource estimates are held against)."""
 from __future__ import annotations
 
 import os
@@ -23,3 +24,16 @@ def switch(name: str, default: bool) -> bool:
         return False
     raise EdgeOpsError(f"environment variable {name}={raw!r} is not a switch: set it to one of "
                        f"{'/'.join(ON)} or {'/'.join(OFF)}, or unset it")
+
+
+def memory_available() -> int | None:
+    """Bytes of memory available to a new allocation (``MemAvailable`` in /proc/meminfo), or None
+    where there is no such figure."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None

@@ -11,25 +11,29 @@ Layout (format :data:`FORMAT_VERSION`)::
 never sees half a package). :func:`load` refuses, naming the file: a missing or modified file
 (sha256), an unlisted file, a listed name that leaves the package (``../x``, absolute) or a
 symlink that points outside it, a manifest that was edited (it carries its own checksum), a
-format newer than this edgeops reads, and kernel ids this edgeops does not have.
+format newer than this edgeops reads, a manifest that does not follow the schema
+(:mod:`edgeops.manifest`: missing keys, wrong types, out-of-range figures), a model whose
+external data is not a file of the package, and kernel ids this edgeops does not have.
 """
 from __future__ import annotations
 
 import hashlib
 import json
 import os
+import re
 import shutil
 import tempfile
 import time
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 import numpy as np
 
 from edgeops.errors import PackageError
+from edgeops.manifest import SCHEMA_VERSION, ManifestError, safe_name, validate
 
 FORMAT = "edgeops-package"
-FORMAT_VERSION = 1
+FORMAT_VERSION = SCHEMA_VERSION     # the manifest schema's version (edgeops/manifest.py)
 MODEL, MANIFEST, REFERENCE = "model.onnx", "manifest.json", "reference.npz"
 OPTIONAL = ("manifest.sig",)        # a detached signature (deploy's --sign) may sit beside it
 FP32_RTOL, FP16_RTOL = 1e-4, 2e-2   # max |error| / max |reference|, per output
@@ -99,6 +103,37 @@ _warned_policies: set = set()
 
 # ---- running and comparing -----------------------------------------------------------------
 
+def check_memory(model, what: str = "the reference run") -> int:
+    """Refuse, before anything is allocated, a run of ``model`` (static shapes, e.g. after a
+    huge ``--shapes``) whose inputs, outputs and largest tensor cannot fit the memory this machine
+    has available; the estimate in bytes otherwise. Rough on purpose: feeds and expected outputs
+    are held twice (arrays, then the compressed npz), plus the largest tensor ONNX Runtime
+    materialises and its input."""
+    from edgeops.env import memory_available
+    from edgeops.graph import Graph
+    g = model if isinstance(model, Graph) else Graph(model)
+    sizes = {t.name: _nbytes(t) for t in g.tensors.values() if t.kind != "initializer"}
+    io = sum(sizes.get(t.name, 0) for t in [*g.inputs, *g.outputs])
+    largest = max(sizes.values(), default=0)
+    need = 2 * io + 2 * largest
+    have = memory_available()
+    if have is not None and need > have:
+        big = max(sizes, key=sizes.get)
+        raise PackageError(f"{what} needs about {need / 2**30:.1f} GiB (tensor {big!r} alone is "
+                           f"{sizes[big] / 2**30:.1f} GiB), more than the {have / 2**30:.1f} GiB "
+                           f"of memory available here; give smaller --shapes")
+    return need
+
+
+def _nbytes(t) -> int:
+    """Bytes of a static tensor in Python integers (numpy's int64 product would wrap)."""
+    import math
+    from edgeops.dtypes import itemsize
+    if not t.is_static or t.dtype is None:
+        return 0
+    return math.prod(int(d) for d in t.shape) * itemsize(t.dtype)
+
+
 def random_inputs(model, seed: int = 0) -> dict[str, np.ndarray]:
     """Seeded inputs for every graph input of ``model`` (static shapes): N(0, 1) floats, small
     non-negative integers (they are often indices), random booleans."""
@@ -127,9 +162,18 @@ def ort_outputs(model, feeds: dict) -> dict[str, np.ndarray]:
     """ONNX Runtime (default graph optimisations, CPU, exact int8: see
     :data:`edgeops.ort.EXACT_INT8`) on a standard ONNX model."""
     import onnxruntime as ort
+    from edgeops.errors import ModelError
     from edgeops.ort import exact_int8
-    sess = ort.InferenceSession(model.SerializeToString(), exact_int8(ort.SessionOptions()),
-                                providers=["CPUExecutionProvider"])
+    try:
+        sess = ort.InferenceSession(model.SerializeToString(), exact_int8(ort.SessionOptions()),
+                                    providers=["CPUExecutionProvider"])
+    except Exception as e:  # noqa: BLE001  (ORT's own exception types: Fail, InvalidGraph, ...)
+        if not type(e).__module__.startswith("onnxruntime"):
+            raise
+        why = " ".join(str(e).split())
+        why = re.sub(r"/onnxruntime_src/\S+:\d+ [^()]*\([^)]*\)\s*", "", why)  # C++ location
+        raise ModelError(f"ONNX Runtime cannot load the model, so edgeops cannot compute its "
+                         f"reference outputs: {why[:300]}") from None
     names = [o.name for o in sess.get_outputs()]
     return dict(zip(names, sess.run(names, feeds)))
 
@@ -183,6 +227,7 @@ def write(lowering, out, *, force: bool = False, seed: int = 0, verify: bool = T
     out = Path(out)
     _check_destination(out, force)
     src, model = lowering.source, lowering.model
+    check_memory(src)
     feeds = random_inputs(src, seed)
     expected = ort_outputs(src, feeds)
     fp16 = any(p.precision == "fp16" for p in lowering.lowered)
@@ -200,6 +245,18 @@ def write(lowering, out, *, force: bool = False, seed: int = 0, verify: bool = T
                     __version__, omp_wait or wait_policy())
     _install(out, blobs, doc)
     return load(out, check_kernels=False)
+
+
+def check_destination(out, force: bool) -> None:
+    """Refuse, before any work, a destination that exists (unless ``force`` and it is a package)
+    or whose nearest existing folder is not a writable directory."""
+    out = Path(out)
+    _check_destination(out, force)
+    up = out.parent
+    while not (up.exists() or up.is_symlink()):
+        up = up.parent
+    if not up.is_dir() or not os.access(up, os.W_OK | os.X_OK):
+        raise PackageError(f"cannot write the package {out}: {up} is not a writable directory")
 
 
 def _check_destination(out: Path, force: bool) -> None:
@@ -286,7 +343,12 @@ def _manifest(lowering, feeds, expected, blobs, seed, rtol, verified, threads, s
         "files": {name: {"sha256": hashlib.sha256(b).hexdigest(), "bytes": len(b)}
                   for name, b in sorted(blobs.items())},
     }
-    return json.loads(json.dumps(doc, default=_jsonable))   # plain JSON types before the checksum
+    doc = json.loads(json.dumps(doc, default=_jsonable))   # plain JSON types before the checksum
+    try:
+        validate(doc | {"manifest_sha256": "0" * 64}, "the manifest being written")
+    except ManifestError as e:   # the writer and the schema disagree: a bug, not a user error
+        raise AssertionError(str(e)) from None
+    return doc
 
 
 def _jsonable(o):
@@ -302,8 +364,11 @@ def _canonical(doc: dict) -> bytes:
 
 
 def _install(out: Path, blobs: dict, doc: dict) -> None:
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    except OSError as e:
+        raise PackageError(f"cannot write the package {out}: {e.strerror or e}") from None
     umask = os.umask(0)
     os.umask(umask)
     os.chmod(tmp, 0o777 & ~umask)    # mkdtemp makes it private; a package is an ordinary dir
@@ -352,6 +417,7 @@ def load(path, *, check_kernels: bool = True) -> Package:
             raise PackageError(f"{name} does not match its sha256 in {MANIFEST}: the package is "
                                f"corrupted or was modified; compile it again")
     _no_strays(root, set(files) | {MANIFEST, *OPTIONAL})
+    _external_data(root, set(files))
     if check_kernels:
         _check_kernels(doc)
     return Package(root, doc)
@@ -375,15 +441,11 @@ def _read_manifest(mpath: Path) -> dict:
         raise PackageError(f"{MANIFEST}: package format {v} (edgeops {doc.get('edgeops_version')})"
                            f" is not the format {FORMAT_VERSION} this edgeops reads; compile it "
                            f"with this edgeops or install the one that made it")
-    return doc
+    return validate(doc, str(mpath))
 
 
 def _safe(name: str) -> str:
-    p = PurePosixPath(name)
-    if (not name or "\\" in name or "\0" in name or p.is_absolute()
-            or any(part in ("..", "") for part in name.split("/"))):
-        raise PackageError(f"{MANIFEST} lists {name!r}, a path that leaves the package; refused")
-    return name
+    return safe_name(name, MANIFEST)
 
 
 def _inside(root: Path, p: Path, name: str) -> None:
@@ -401,6 +463,52 @@ def _no_strays(root: Path, allowed: set) -> None:
             if rel not in allowed:
                 raise PackageError(f"{rel} is in the package but not in its {MANIFEST}: the "
                                    f"package was modified; refused")
+
+
+def _external_data(root: Path, files: set) -> None:
+    """Every tensor of model.onnx whose data is external must name a file of the package (so
+    its checksum was verified above); one that points elsewhere is refused before ONNX Runtime
+    or onnx's checker would read it."""
+    import onnx
+    m = onnx.ModelProto()
+    try:
+        m.ParseFromString((root / MODEL).read_bytes())
+    except Exception as e:  # noqa: BLE001  (protobuf's DecodeError and friends)
+        raise PackageError(f"{root / MODEL} is not an ONNX model ({type(e).__name__}); compile "
+                           f"the package again") from None
+    for t in _tensors(m.graph):
+        if t.data_location != onnx.TensorProto.EXTERNAL:
+            continue
+        loc = {e.key: e.value for e in t.external_data}.get("location", "")
+        if not loc or loc not in files or _posix_escape(loc):
+            raise PackageError(f"{root / MODEL}: tensor {t.name!r} keeps its data in {loc!r}, "
+                               f"which is not a file of the package; refused")
+
+
+def _posix_escape(name: str) -> bool:
+    try:
+        _safe(name)
+    except PackageError:
+        return True
+    return False
+
+
+def _tensors(g):
+    """Every TensorProto of a graph: initializers (sparse ones too) and node attributes,
+    subgraphs included."""
+    yield from g.initializer
+    for s in g.sparse_initializer:
+        yield s.values
+        yield s.indices
+    for n in g.node:
+        for a in n.attribute:
+            if a.HasField("t"):
+                yield a.t
+            yield from a.tensors
+            if a.HasField("g"):
+                yield from _tensors(a.g)
+            for sub in a.graphs:
+                yield from _tensors(sub)
 
 
 def _check_kernels(doc: dict) -> None:

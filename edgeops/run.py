@@ -28,7 +28,15 @@ def run_package(pkg, *, inputs=None, model=None, layers: bool = False, runs: int
             golden_model = onnx.load(str(model))
         except Exception as e:  # noqa: BLE001  (protobuf / file errors)
             raise EdgeOpsError(f"--model {model}: cannot load it ({e})") from None
-        golden, gname = package.ort_outputs(golden_model, feeds), f"ONNX Runtime on {model}"
+        try:
+            golden = package.ort_outputs(golden_model, feeds)
+        except Exception as e:  # noqa: BLE001
+            if not type(e).__module__.startswith("onnxruntime"):
+                raise
+            why = " ".join(str(e).split())[:300]
+            raise EdgeOpsError(f"--model {model}: ONNX Runtime cannot run it on these inputs "
+                               f"({why})") from None
+        gname = f"ONNX Runtime on {model}"
     elif inputs is None:
         golden, gname = ref_out, "package reference outputs (ONNX Runtime on the original model)"
     else:
@@ -58,11 +66,17 @@ def run_package(pkg, *, inputs=None, model=None, layers: bool = False, runs: int
 def read_inputs(path, p) -> dict:
     """Package ``p``'s inputs from the .npz at ``path``, checked against its manifest."""
     from edgeops.errors import EdgeOpsError
+    import zipfile
+    from edgeops.dtypes import to_numpy
     try:
         with np.load(path) as z:
             feeds = {k: z[k] for k in z.files}
-    except (OSError, ValueError) as e:
-        raise EdgeOpsError(f"--inputs {path}: not a readable .npz ({e})") from None
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
+        raise EdgeOpsError(f"--inputs {path}: not a readable .npz ({e or type(e).__name__})") \
+            from None
+    except AttributeError:       # np.load gave a single array (.npy), not an archive
+        raise EdgeOpsError(f"--inputs {path}: a .npy array, not a .npz of arrays by input "
+                           f"name") from None
     for spec in p.manifest["inputs"]:
         x = feeds.get(spec["name"])
         if x is None:
@@ -71,6 +85,9 @@ def read_inputs(path, p) -> dict:
         if list(x.shape) != spec["shape"]:
             raise EdgeOpsError(f"--inputs {path}: {spec['name']!r} is {list(x.shape)}, the "
                                f"package was compiled for {spec['shape']}")
+        if x.dtype != to_numpy(spec["dtype"]):
+            raise EdgeOpsError(f"--inputs {path}: {spec['name']!r} is {x.dtype}, the package "
+                               f"takes {spec['dtype']}")
     return {s["name"]: feeds[s["name"]] for s in p.manifest["inputs"]}
 
 

@@ -20,7 +20,8 @@ ROOT = Path(__file__).resolve().parents[1]
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("core", ("edgeops", "edgeops._version", "edgeops.errors", "edgeops.env", "edgeops.dtypes",
               "edgeops.cache", "edgeops.threads", "edgeops.ops", "edgeops.graph",
-              "edgeops.registry", "edgeops.reference_kernels", "edgeops.plans")),
+              "edgeops.registry", "edgeops.reference_kernels", "edgeops.plans",
+              "edgeops.manifest")),
     ("boards", ("edgeops.boards",)),
     ("simulator", ("edgeops.simulator",)),
     ("tiling", ("edgeops.tiling",)),

@@ -18,6 +18,8 @@ accumulate in int32 and, unless quantised by a fused epilogue, write int32.
 """
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass
 
 from edgeops.errors import OpSpecError
@@ -113,6 +115,10 @@ class Space:
         return self.get("numel", 0)
 
 
+MAX_EXTENT = 2**31 - 1      # one dimension (ONNX Runtime and the kernels index with int32 here)
+MAX_POINTS = 2**60          # the product of an op's extents: traffic/flop counts stay in int64
+
+
 def make_space(kind: str, **params) -> Space:
     """Validate ``params`` for ``kind`` and fill defaults (the Python form of a spec string)."""
     if kind not in KINDS:
@@ -141,6 +147,10 @@ def make_space(kind: str, **params) -> Space:
         out.append((k, v))
     sp = Space(kind, tuple(out))
     _check(sp)
+    points = math.prod(sp[k] for k in req)
+    if points > MAX_POINTS:
+        raise OpSpecError(f"{kind}: {'x'.join(str(sp[k]) for k in req)} is {points:.3g} points, "
+                          f"above the {MAX_POINTS:.3g} that 64-bit tiling arithmetic holds")
     return sp
 
 
@@ -172,6 +182,9 @@ def _posint(kind, key, v, allow_zero=False) -> int:
         raise OpSpecError(f"{kind}: {key}={v!r} must be an integer") from None
     if iv < (0 if allow_zero else 1):
         raise OpSpecError(f"{kind}: {key}={iv} must be {'>= 0' if allow_zero else 'a positive integer'}")
+    if iv > MAX_EXTENT:
+        raise OpSpecError(f"{kind}: {key}={iv} is above {MAX_EXTENT} (2^31 - 1), the largest "
+                          f"extent edgeops models")
     return iv
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import functools
 import itertools
 import json
+import math
 import os
 import time
 from dataclasses import dataclass, field
@@ -32,6 +33,11 @@ POINT_KEYS = {"op", "model", "board", "tiling", "objective", "target", "decompos
               "label"}
 GRID_KEYS = {"ops": "op", "models": "model", "boards": "board", "tilings": "tiling",
              "objectives": "objective", "decompositions": "decomposition"}
+
+
+MAX_POINTS = 200_000        # points of one sweep (each is a dict in memory, then a result)
+MAX_BUDGET = 100_000_000    # a point's search budget (as the CLI's --budget)
+OPTIONAL_NONE = {"target", "decomposition", "label"}
 
 
 def expand(doc) -> list[dict]:
@@ -52,11 +58,18 @@ def expand(doc) -> list[dict]:
         bad = set(grid) - set(GRID_KEYS)
         if bad:
             raise EdgeOpsError(f"sweep grid: unknown key(s) {sorted(bad)}; allowed: {sorted(GRID_KEYS)}")
+        for k in ("ops", "models"):
+            if not isinstance(grid.get(k, []), list):
+                raise EdgeOpsError(f"sweep grid: {k} must be a list, got {grid[k]!r:.60}")
         subjects = [("op", o) for o in grid.get("ops", [])] + [("model", m) for m in grid.get("models", [])]
         axes = [(GRID_KEYS[k], v) for k, v in grid.items() if k not in ("ops", "models")]
         for key, vals in axes:
             if not isinstance(vals, list) or not vals:
                 raise EdgeOpsError(f"sweep grid: {key}s must be a non-empty list")
+        n = len(subjects) * math.prod(len(v) for _, v in axes) + len(points)
+        if n > MAX_POINTS:      # counted before expanding: a 70M-point grid is gigabytes of dicts
+            raise EdgeOpsError(f"sweep grid: {n:,} points, above the {MAX_POINTS:,} one sweep "
+                               f"runs; split it into several sweep files")
         for subj, combo in itertools.product(subjects, itertools.product(*[v for _, v in axes])):
             p = dict(base)
             p[subj[0]] = subj[1]
@@ -79,6 +92,20 @@ def check_point(p, i: int = 0) -> None:
         raise EdgeOpsError(f"sweep point {i}: give exactly one of \"op\" and \"model\"")
     if "board" not in p:
         raise EdgeOpsError(f"sweep point {i}: missing \"board\"")
+    for k in ("op", "model", "board", "target", "decomposition", "label"):
+        if k in p and not (isinstance(p[k], str) or p[k] is None and k in OPTIONAL_NONE):
+            raise EdgeOpsError(f"sweep point {i}: {k} must be a string, got {p[k]!r:.60}")
+    t = p.get("tiling", "auto")
+    if not (t in ("auto", "naive") or isinstance(t, dict)):
+        raise EdgeOpsError(f"sweep point {i}: tiling must be \"auto\", \"naive\" or a tiling "
+                           f"object, got {t!r:.60}")
+    if p.get("objective", "latency") not in ("latency", "traffic"):
+        raise EdgeOpsError(f"sweep point {i}: objective must be latency or traffic, got "
+                           f"{p['objective']!r:.60}")
+    b = p.get("budget", 1)
+    if isinstance(b, bool) or not isinstance(b, int) or not 1 <= b <= MAX_BUDGET:
+        raise EdgeOpsError(f"sweep point {i}: budget must be an integer from 1 to "
+                           f"{MAX_BUDGET:,}, got {b!r:.60}")
 
 
 def load(path) -> list[dict]:

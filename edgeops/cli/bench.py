@@ -5,6 +5,8 @@ onto the placement table next to the simulator's prediction. :func:`edgeops.depl
 same in Python."""
 from __future__ import annotations
 
+from edgeops.cli.common import runs
+
 from edgeops.cli.common import console, fmt_s, print_json
 
 
@@ -12,8 +14,8 @@ def add(sub):
     p = sub.add_parser("bench", help="benchmark the package a board runs (per node vs predicted)")
     p.add_argument("package", metavar="PKG", help="the package deployed on the board")
     p.add_argument("--to", required=True, metavar="URI", help="the board (as for edgeops deploy)")
-    p.add_argument("--runs", type=int, default=20, help="timed warm runs (default 20)")
-    p.add_argument("--profile-runs", type=int, default=3,
+    p.add_argument("--runs", type=runs, default=20, help="timed warm runs (default 20)")
+    p.add_argument("--profile-runs", type=runs, default=3,
                    help="runs under ONNX Runtime's profiler for per-node times (default 3)")
     p.add_argument("--json", action="store_true", help="one JSON document on stdout")
     p.set_defaults(func=run)

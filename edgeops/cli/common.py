@@ -1,7 +1,9 @@
 """Shared CLI helpers: JSON output, rich console on stderr."""
 from __future__ import annotations
 
+import argparse
 import json
+import math
 import sys
 from typing import Any
 
@@ -49,3 +51,54 @@ def fmt_bytes(b) -> str:
         if b >= div:
             return f"{b / div:.2f} {unit}"
     return f"{int(b)} B"
+
+
+# ---- argument types: numbers range-checked at parse time (argparse: one line, exit 2) --------
+
+def _number(kind, lo, hi, what):
+    def parse(text: str):
+        try:
+            v = kind(text)
+        except (ValueError, OverflowError):
+            raise _ArgError(f"{text!r} is not {'an integer' if kind is int else 'a number'}") \
+                from None
+        if kind is float and not math.isfinite(v):
+            raise _ArgError(f"{text!r}: give a finite number")
+        if (lo is not None and v < lo) or (hi is not None and v > hi):
+            f = (lambda x: f"{x:,}") if kind is int else (lambda x: f"{x:g}")
+            rng = (f"{f(lo)} to {f(hi)}" if lo is not None and hi is not None else
+                   f"at least {f(lo)}" if lo is not None else f"at most {f(hi)}")
+            raise _ArgError(f"{text} is out of range: {what} is {rng}")
+        return v
+    parse.__name__ = what
+    return parse
+
+
+class _ArgError(argparse.ArgumentTypeError):
+    pass
+
+
+def int_in(lo, hi=None, what="a count"):
+    """``type=`` for an integer flag in ``[lo, hi]``."""
+    return _number(int, lo, hi, what)
+
+
+def float_in(lo, hi=None, what="a number"):
+    return _number(float, lo, hi, what)
+
+
+MAX_SEED = 2**63 - 1         # numpy's default_rng takes any non-negative int; keep it an int64
+port = int_in(0, 65535, "a TCP port (0 picks a free one)")
+seed = int_in(0, MAX_SEED, "a seed")
+runs = int_in(1, 1_000_000, "a number of runs")
+threads = int_in(1, 4096, "a thread count")
+seconds = float_in(0, 86400, "a time in seconds")
+budget = int_in(1, 100_000_000, "a search budget")
+
+
+def calib_data(text: str) -> str:
+    """``type=`` for a calibration DATA argument: ``random:N`` must carry a sane count (paths are
+    checked when opened)."""
+    if text.startswith("random:"):
+        int_in(1, 100_000, "a number of random calibration batches")(text[len("random:"):])
+    return text

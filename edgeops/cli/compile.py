@@ -13,6 +13,8 @@ Exit status 1 when the check runs but the package is above its tolerance.
 """
 from __future__ import annotations
 
+from edgeops.cli.common import calib_data, seed, threads
+
 from edgeops.cli.common import console, fmt_s, print_json
 
 
@@ -28,8 +30,8 @@ def add(sub):
                    "(e.g. reference)")
     p.add_argument("--shapes", action="append", metavar="NAME:1x3x224x224[;...]",
                    help="concrete sizes for inputs with symbolic dims (repeatable)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the reference inputs")
-    p.add_argument("--threads", type=int, help="ONNX Runtime threads the package asks for")
+    p.add_argument("--seed", type=seed, default=0, help="seed of the reference inputs")
+    p.add_argument("--threads", type=threads, help="ONNX Runtime threads the package asks for")
     p.add_argument("--omp-wait", choices=("passive", "spin"), default=None,
                    help="how the kernels' OpenMP workers wait between parallel regions, measured "
                         "with and named in the manifest: passive (default; nothing spins against "
@@ -42,7 +44,7 @@ def add(sub):
     p.add_argument("--no-verify", action="store_true",
                    help="do not run the lowered model here before writing the package")
     p.add_argument("--force", action="store_true", help="replace an existing package at PKG")
-    p.add_argument("--quantize", metavar="DATA", help="INT8-quantize first (QDQ, then int8 "
+    p.add_argument("--quantize", metavar="DATA", type=calib_data, help="INT8-quantize first (QDQ, then int8 "
                    "kernels), calibrated on DATA: .npz, folder of .npy/images, or 'random[:N]'")
     p.add_argument("--method", default="minmax", choices=("minmax", "percentile", "entropy", "mse"),
                    help="calibration method for --quantize")

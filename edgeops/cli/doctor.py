@@ -4,13 +4,15 @@ fails. The checks run on the board, through its agent. :func:`edgeops.deploy.doc
 in Python."""
 from __future__ import annotations
 
+from edgeops.cli.common import runs
+
 from edgeops.cli.common import console, print_json
 
 
 def add(sub):
     p = sub.add_parser("doctor", help="health checklist of a board and its package")
     p.add_argument("--to", required=True, metavar="URI", help="the board (as for edgeops deploy)")
-    p.add_argument("--runs", type=int, default=20,
+    p.add_argument("--runs", type=runs, default=20,
                    help="runs for the memory-growth check (default 20, at least 5)")
     p.add_argument("--json", action="store_true", help="one JSON document on stdout")
     p.set_defaults(func=run)

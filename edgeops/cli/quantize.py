@@ -9,6 +9,8 @@ accuracy figures are then meaningless). :func:`edgeops.quantize.quantize_model` 
 """
 from __future__ import annotations
 
+from edgeops.cli.common import calib_data
+
 import json
 import math
 import os
@@ -22,7 +24,7 @@ def add(sub):
     p = sub.add_parser("quantize", help="INT8 post-training quantization (QDQ ONNX) with accuracy "
                        "analysis and automatic mixed precision")
     p.add_argument("model", help="path to a float .onnx model, or 'sample' for the bundled one")
-    p.add_argument("--calib", required=True, metavar="DATA",
+    p.add_argument("--calib", required=True, metavar="DATA", type=calib_data,
                    help=".npz, folder of .npy files or images, or 'random[:N]' (noise)")
     p.add_argument("-o", "--out", required=True, metavar="OUT.onnx", help="where to write the QDQ model")
     p.add_argument("--method", default="minmax", choices=["minmax", "percentile", "entropy", "mse"])
@@ -41,7 +43,7 @@ def add(sub):
                    "output error on the calibration set is subtracted from its bias)")
     p.add_argument("--target-sqnr", type=float, metavar="DB",
                    help="keep the least tolerant layers in float until end-to-end SQNR >= DB")
-    p.add_argument("--eval", metavar="DATA", help="held-out data for the accuracy analysis "
+    p.add_argument("--eval", metavar="DATA", type=calib_data, help="held-out data for the accuracy analysis "
                    "(default: the calibration set)")
     p.add_argument("--mean", default="0", help="image mean per channel, comma-separated")
     p.add_argument("--std", default="1", help="image std per channel, comma-separated")

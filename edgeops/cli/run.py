@@ -4,6 +4,8 @@ package here through ONNX Runtime with edgeops' ops, compare with a golden answe
 """
 from __future__ import annotations
 
+from edgeops.cli.common import runs, threads
+
 from edgeops.cli.common import console, fmt_s, print_json
 
 
@@ -14,8 +16,8 @@ def add(sub):
                    "reference inputs)")
     p.add_argument("--model", metavar="ORIGINAL.onnx", help="golden: ONNX Runtime on this model")
     p.add_argument("--layers", action="store_true", help="compare every intermediate tensor")
-    p.add_argument("--runs", type=int, default=5, help="timed runs after one warm-up (median)")
-    p.add_argument("--threads", type=int, help="ONNX Runtime threads (default: the package's)")
+    p.add_argument("--runs", type=runs, default=5, help="timed runs after one warm-up (median)")
+    p.add_argument("--threads", type=threads, help="ONNX Runtime threads (default: the package's)")
     p.add_argument("--json", action="store_true", help="one JSON document on stdout")
     p.add_argument("--to", metavar="URI", help="run on the board at URI (edgeops deploy) instead")
     p.add_argument("--out", metavar="FILE.npz", help="with --to: save the board's outputs here")

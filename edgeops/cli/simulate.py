@@ -15,6 +15,8 @@ also runs the op on the functional NPU emulator and prints measured next to pred
 """
 from __future__ import annotations
 
+from edgeops.cli.common import budget
+
 from edgeops.cli.common import console, print_json
 from edgeops.cli.common import fmt_bytes, fmt_s
 from edgeops.cli.tune import one_of, progress_bar
@@ -31,7 +33,7 @@ def add(sub):
                    help="searched (auto, default), naive, or a tiling/plan JSON file")
     p.add_argument("--objective", choices=["latency", "traffic"], default="latency",
                    help="what --tiling auto optimises")
-    p.add_argument("--budget", type=int, default=None,
+    p.add_argument("--budget", type=budget, default=None,
                    help="search budget per op (default: 250000 for --op and --unfused, compile's "
                         "for a compiled model)")
     p.add_argument("--lower", default="auto", choices=("auto", "all", "none"),
@@ -48,6 +50,8 @@ def add(sub):
     p.add_argument("--trace", metavar="FILE", help="write the timeline as Chrome trace JSON (Perfetto)")
     p.add_argument("--emulate", action="store_true",
                    help="--op on an Ascend board: also run the functional NPU emulator")
+    p.add_argument("--force", action="store_true", help="--emulate even when its estimate is "
+                   "minutes (it refuses ops above %d GFLOP otherwise)" % (EMULATE_MAX_FLOPS // 10**9))
     p.set_defaults(func=run)
 
 
@@ -66,6 +70,23 @@ def emulator():
                            f"(edgeops.targets.ascend.emulate_op: {e})") from None
 
 
+# The emulator interprets every instruction in Python: about 0.2-0.4 GMAC/s on the 2-core test
+# host (docs/notes/validation.md), so 40 GFLOP is a minute or two and 4096^3 GEMM ~4 minutes
+EMULATE_MAX_FLOPS = 40 * 10**9
+EMULATE_FLOPS_PER_S = 0.6e9
+
+
+def check_emulation(spec: str, force: bool) -> None:
+    """Refuse, before anything runs, an emulation whose estimate is minutes (unless ``force``)."""
+    from edgeops.tiling.spaces import parse_spec
+    flops = parse_spec(spec).flops
+    if flops > EMULATE_MAX_FLOPS and not force:
+        raise EdgeOpsError(f"--emulate on {spec}: {flops / 1e9:,.0f} GFLOP would take about "
+                           f"{flops / EMULATE_FLOPS_PER_S / 60:,.0f} min in the emulator (it "
+                           f"refuses above {EMULATE_MAX_FLOPS / 1e9:.0f} GFLOP); emulate a smaller "
+                           f"op, or pass --force to run it anyway")
+
+
 def run(args) -> int:
     one_of(args)
     if args.emulate and not args.op:
@@ -78,6 +99,7 @@ def run(args) -> int:
             raise EdgeOpsError(f"--emulate needs an Ascend board; {b.name} is a {b.kind} board "
                                f"(targets {', '.join(b.targets)})")
         emulate_op = emulator()
+        check_emulation(args.op, args.force)
     doc = simulate(args)
     if emulate_op is not None:
         doc["emulated"] = emulate_op(args.op, doc["nodes"][0]["tiling"], args.board)

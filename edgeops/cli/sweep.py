@@ -7,6 +7,8 @@ Python function behind this command.
 """
 from __future__ import annotations
 
+from edgeops.cli.common import int_in
+
 from edgeops.cli.common import console, print_json
 from edgeops.cli.common import fmt_bytes, fmt_s
 from edgeops.cli.tune import check_out, progress_bar
@@ -16,7 +18,7 @@ from edgeops.errors import EdgeOpsError
 def add(sub):
     p = sub.add_parser("sweep", help="simulate many (op/model, board, tiling) points in parallel")
     p.add_argument("file", help="sweep JSON: a list of points, {\"points\": [...]}, or {\"grid\": {...}}")
-    p.add_argument("--workers", type=int, help="local worker processes (default: CPU count; 0: in-process)")
+    p.add_argument("--workers", type=int_in(0, 4096, "a worker count"), help="local worker processes (default: CPU count; 0: in-process)")
     p.add_argument("--scheduler", metavar="ADDRESS", help="Dask scheduler address (tcp://host:8786)")
     p.add_argument("--json", action="store_true", help="one JSON document on stdout")
     p.add_argument("--out", metavar="FILE", help="also write the results as JSON")

@@ -13,6 +13,8 @@ best tiling (for a model: around the slowest node's).
 """
 from __future__ import annotations
 
+from edgeops.cli.common import budget, int_in, threads
+
 import contextlib
 import os
 
@@ -27,8 +29,8 @@ def add(sub):
     p.add_argument("--board", required=True, help="board name or board file")
     p.add_argument("--target", help="target of the board (default: its first)")
     p.add_argument("--objective", choices=["latency", "traffic"], default="latency")
-    p.add_argument("--top", type=int, default=5, metavar="K", help="how many tilings to report (op)")
-    p.add_argument("--budget", type=int, default=250_000, help="about how many candidates to evaluate")
+    p.add_argument("--top", type=int_in(1, 10_000, "a number of tilings"), default=5, metavar="K", help="how many tilings to report (op)")
+    p.add_argument("--budget", type=budget, default=250_000, help="about how many candidates to evaluate")
     p.add_argument("--shapes", action="append", metavar="NAME:1x3x224x224[;...]",
                    help="concrete sizes for model inputs with symbolic dims")
     p.add_argument("--no-cache", action="store_true", help="neither read nor write the tuning cache")
@@ -41,7 +43,7 @@ def add(sub):
                         "custom-op bridge vs ONNX Runtime, cached per machine; compile reads it")
     p.add_argument("--remeasure", action="store_true",
                    help="with --measure-table: measure this thread count's entries again instead of reading them")
-    p.add_argument("--threads", type=int, metavar="N",
+    p.add_argument("--threads", type=threads, metavar="N",
                    help="with --measure-table: threads both sides run with (default: every core)")
     p.set_defaults(func=run)
 

@@ -18,8 +18,9 @@ import sys
 import time
 from pathlib import Path
 
+from edgeops.deploy import boardlock
 from edgeops.deploy.layout import (CURRENT, NEEDS, PREVIOUS, BoardError, current_dir, link_target,
-                                   mem_available, status, touched)
+                                   mem_available, require_root, status, touched)
 
 _STARTED = time.perf_counter()     # bench's cold start counts from the agent's start
 
@@ -37,8 +38,7 @@ def info(root=None) -> dict:
         except Exception as e:  # noqa: BLE001  (a broken install is reported, not raised)
             mods[name] = {"version": None, "missing": f"{type(e).__name__}: {e}",
                           "install": hint}
-    where = Path(root) if root else Path.cwd()
-    where.mkdir(parents=True, exist_ok=True)
+    where = require_root(root) if root else Path.cwd()
     du = shutil.disk_usage(where)
     return {"python": platform.python_version(), "executable": sys.executable,
             "edgeops": __version__, "modules": mods, "machine": platform.machine(),
@@ -77,12 +77,29 @@ def verify(path) -> dict:
             "edgeops": __version__}
 
 
-def activate(root, name, previous: str | None = None, collect: bool = False) -> dict:
+def activate(root, name, previous: str | None = None, collect: bool = False,
+             owner: str | None = None) -> dict:
     """Make ROOT/NAME current (a ``staging-*`` directory is first renamed to ``pkg-*``); the old
     current becomes previous (or ``previous``, when given; "" removes it). ``collect``: remove
     the ``pkg-*`` directories neither link names afterwards (deploy does so only once the smoke
-    test passed, so that switching back finds the package before the previous one)."""
+    test passed, so that switching back finds the package before the previous one).
+    ``owner``: the deploy lock's holder (edgeops.deploy.boardlock), checked under the lock's
+    guard; switching to a staged package journals the links to restore should that deploy die
+    before its smoke test passed, switching back clears the journal."""
+    if owner is None:
+        return _activate(Path(root), name, previous, collect)
     root = Path(root)
+    with boardlock.holding(root):
+        staged = name.startswith("staging-")
+        if staged:
+            boardlock.journal(root, owner, {"current": link_target(root / CURRENT),
+                                            "previous": link_target(root / PREVIOUS)})
+        else:
+            boardlock.journal(root, owner, None)   # checks the lock; a switch-back is complete
+        return _activate(root, name, previous, collect)
+
+
+def _activate(root: Path, name, previous, collect) -> dict:
     src = root / name
     if not src.is_dir() or src.is_symlink() or "/" in name or name in ("", ".", ".."):
         raise BoardError(f"{src} is not a package directory on the board")
@@ -101,14 +118,27 @@ def activate(root, name, previous: str | None = None, collect: bool = False) -> 
     return status(root)
 
 
-def collect(root) -> dict:
+def collect(root, owner: str | None = None) -> dict:
+    """Remove packages neither link names; with ``owner``, first commit that lock holder's switch
+    (its smoke test passed: nothing to restore any more)."""
+    if owner is not None:
+        with boardlock.holding(root):
+            boardlock.journal(root, owner, None)
     _collect(Path(root))
     return status(root)
 
 
-def deactivate(root) -> dict:
+def deactivate(root, owner: str | None = None) -> dict:
     """No package current (undoing the very first install)."""
-    root = Path(root)
+    root = require_root(root)
+    if owner is not None:
+        with boardlock.holding(root):
+            boardlock.journal(root, owner, None)
+            return _deactivate(root)
+    return _deactivate(root)
+
+
+def _deactivate(root: Path) -> dict:
     for n in (CURRENT, PREVIOUS):
         if (root / n).is_symlink():
             os.unlink(root / n)
@@ -222,8 +252,11 @@ def main(argv=None) -> int:
     s.add_argument("name")
     s.add_argument("--previous")
     s.add_argument("--collect", action="store_true")
-    sub.add_parser("collect").add_argument("root")
-    sub.add_parser("deactivate").add_argument("root")
+    s.add_argument("--owner")
+    for cmd in ("collect", "deactivate"):     # --owner: the deploy lock's holder
+        s = sub.add_parser(cmd)
+        s.add_argument("root")
+        s.add_argument("--owner")
     sub.add_parser("rollback").add_argument("root")
     s = sub.add_parser("remove")
     s.add_argument("root")
@@ -250,16 +283,16 @@ def main(argv=None) -> int:
     try:
         doc = {"info": lambda: info(a.root), "status": lambda: status(a.root),
                "verify": lambda: verify(a.dir),
-               "activate": lambda: activate(a.root, a.name, a.previous, a.collect),
-               "collect": lambda: collect(a.root),
-               "deactivate": lambda: deactivate(a.root),
+               "activate": lambda: activate(a.root, a.name, a.previous, a.collect, a.owner),
+               "collect": lambda: collect(a.root, a.owner),
+               "deactivate": lambda: deactivate(a.root, a.owner),
                "rollback": lambda: rollback(a.root), "remove": lambda: remove(a.root, a.name),
                "run": lambda: run(a.root, a.inputs, a.out, a.runs),
                "smoke": lambda: smoke(a.root),
                "clean": lambda: clean(a.root, a.older_than),
                "bench": lambda: _bench(a.root, a.runs, a.profile_runs),
                "doctor": lambda: _doctor(a.root, a.expect_version, a.runs)}[a.cmd]()
-    except (BoardError, EdgeOpsError, OSError) as e:
+    except (BoardError, EdgeOpsError, OSError, boardlock.LockLost) as e:
         print(f"edgeops.deploy.board {a.cmd}: error: {' '.join(str(e).split())}", file=sys.stderr)
         return 2
     json.dump(doc, sys.stdout, default=_jsonable)

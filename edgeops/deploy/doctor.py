@@ -54,7 +54,9 @@ def doctor(to, *, runs: int = 20) -> dict:
     """Run the checklist on the board at ``to``; the ``--json`` document (``ok``: no fail)."""
     from edgeops._version import __version__
     from edgeops.deploy.transports import open_transport
+    from edgeops.deploy.push import require_root
     t = open_transport(to)
+    require_root(t)
     rc, doc, err = t.board("doctor", t.root, "--expect-version", __version__, "--runs",
                            str(runs), check=False)
     if doc is None:
@@ -114,8 +116,20 @@ class _Ctx:
 
 
 def checks_here(root, *, expect_version=None, runs: int = 20) -> dict:
-    """On the board: every check's ``{name, status, detail}``, in order."""
-    ctx = _Ctx(root, expect_version, runs)
+    """On the board: every check's ``{name, status, detail}``, in order. A board root that does
+    not exist, or a current package whose manifest does not follow the schema, is refused (the
+    agent's exit 2) rather than reported as failed checks."""
+    from edgeops.deploy.layout import require_root
+    from edgeops.manifest import ManifestError
+    ctx = _Ctx(require_root(root), expect_version, runs)
+    try:
+        ctx.package()
+    except NoPackage:
+        pass
+    except ManifestError as e:
+        raise BoardError(str(e)) from None
+    except Exception:  # noqa: BLE001  (reported by the package-integrity check below)
+        ctx.pkg = None
     rows = []
     for name, fn in CHECKS:
         t0 = time.perf_counter()

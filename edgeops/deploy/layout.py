@@ -7,6 +7,7 @@ Layout of a board root::
     ROOT/staging-<id>/   an upload in progress (never run)
     ROOT/current         symlink to the package that runs, switched with os.replace (atomic)
     ROOT/previous        symlink to the one before, for rollback
+    ROOT/.edgeops/       the pushed edgeops (lib), the deploy lock (deploy.lock, boardlock.py)
 """
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ import itertools
 import os
 import time
 from pathlib import Path
+
+from edgeops.env import memory_available
 
 CURRENT, PREVIOUS = "current", "previous"
 # import name -> (distribution, minimum version), as pyproject.toml requires them: the board's
@@ -39,26 +42,41 @@ def vtuple(v) -> tuple:
 
 
 def mem_available():
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return None
+    return memory_available()
+
+
+def require_root(root) -> Path:
+    """The board root, which must exist: reading commands never create it."""
+    root = Path(root)
+    if not root.is_dir():
+        raise BoardError(f"{root} does not exist on the board; nothing was ever deployed there "
+                         f"(check --to, or deploy a package first)")
+    return root
 
 
 def status(root) -> dict:
-    root = Path(root)
+    root = require_root(root)
     now = time.time()
-    staging = sorted(root.glob("staging-*")) if root.is_dir() else []
+    staging = sorted(root.glob("staging-*"))
     lib = root / ".edgeops" / "lib"
     return {"root": str(root), "current": link_target(root / CURRENT),
             "previous": link_target(root / PREVIOUS),
-            "installed": sorted(p.name for p in root.glob("pkg-*")) if root.is_dir() else [],
+            "installed": sorted(p.name for p in root.glob("pkg-*")),
             "staging": [p.name for p in staging],
             "staging_idle_s": {p.name: round(now - touched(p), 1) for p in staging},
-            "pushed_edgeops": link_target(lib) if lib.is_symlink() else None}
+            "pushed_edgeops": link_target(lib) if lib.is_symlink() else None,
+            "lock": lock_holder(root)}
+
+
+def lock_holder(root) -> dict | None:
+    """Who holds the board's deploy lock (edgeops.deploy.boardlock), if anyone."""
+    import json
+    try:
+        doc = json.loads((Path(root) / ".edgeops" / "deploy.lock").read_text())
+    except (OSError, ValueError):
+        return None
+    return {k: doc.get(k) for k in ("what", "host", "pid", "since")} if isinstance(doc, dict) \
+        else None
 
 
 def touched(d: Path) -> float:

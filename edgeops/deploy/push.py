@@ -1,7 +1,9 @@
 """Put a package on a board without ever leaving the board broken.
 
 Steps of :func:`deploy`: verify the package's checksums here (and its signature, with
-``verify_key``) -> make sure the board runs this edgeops (a stdlib-only ``python -c`` probe; the
+``verify_key``) -> take the board's lock (:mod:`edgeops.deploy.boardlock`; held to the end, so
+another deploy, rollback or clean of the board waits, bounded, or is refused naming the holder)
+-> make sure the board runs this edgeops (a stdlib-only ``python -c`` probe; the
 wheel is pushed into ``ROOT/.edgeops/lib`` when missing or different, see :func:`ensure_edgeops`)
 -> remove staging directories a dead transport left behind (untouched for :data:`STALE_S`) ->
 upload into ``ROOT/staging-<id>`` -> verify the checksums on the board -> switch the ``current``
@@ -10,6 +12,7 @@ manifest's tolerance). Any failure before the switch removes the staging directo
 previous package current and untouched; a failed smoke test switches back. The previous package
 is kept for :func:`rollback`. :func:`run_remote` runs the current package on the board and brings
 its outputs back; :func:`status` and :func:`clean` show and remove what a failed deploy left.
+Only a deploy creates a board root; the other commands refuse one that does not exist.
 """
 from __future__ import annotations
 
@@ -23,6 +26,7 @@ import sys
 import tempfile
 import time
 import zipfile
+from contextlib import contextmanager
 from pathlib import Path
 
 from edgeops.errors import DeployError
@@ -39,9 +43,11 @@ def _files(p) -> list[str]:
 
 
 def deploy(pkg, to, *, board: str | None = None, progress: bool = True,
-           verify_key=None) -> dict:
+           verify_key=None, wait_s: float | None = None) -> dict:
     """Install package ``pkg`` on the board at ``to`` (URI or Transport); the ``--json`` doc.
-    ``verify_key``: an ed25519 public key file; an unsigned or tampered package is refused."""
+    ``verify_key``: an ed25519 public key file; an unsigned or tampered package is refused.
+    ``wait_s``: how long to wait for another deploy's board lock (default :data:`LOCK_WAIT_S`;
+    0 refuses at once)."""
     from edgeops import package
     from edgeops._version import __version__
     p = package.load(pkg)            # refuses corruption, traversal and escaping symlinks
@@ -54,6 +60,15 @@ def deploy(pkg, to, *, board: str | None = None, progress: bool = True,
         from edgeops.deploy import signing
         signed = signing.verify(p.path, verify_key)
     t = open_transport(to)
+    # the whole deploy holds the board: the wheel push, the status read before the switch, the
+    # switch, the smoke test and the switch-back never interleave with another deploy's
+    with board_lock(t, f"deploy {p.path.name}", wait_s, create=True) as lock:
+        doc = _deploy_locked(t, p, lock["owner"], progress, __version__)
+    return {"package": str(p.path), "board": built_for, "to": t.uri} | doc | {
+        "signature": signed, "lock": {k: lock[k] for k in ("waited_s", "broke")}}
+
+
+def _deploy_locked(t: Transport, p, owner: str, progress: bool, version: str) -> dict:
     agent = ensure_edgeops(t, progress=progress)
     stale = t.board("clean", t.root, "--older-than", str(STALE_S))[1]["removed"]
     before = t.board("status", t.root)[1]
@@ -74,26 +89,79 @@ def deploy(pkg, to, *, board: str | None = None, progress: bool = True,
         if v is None:
             raise DeployError(f"checksum verification on the board failed, nothing was switched: "
                               f"{' '.join(err.split()) or 'no answer from the agent'}")
-        if v.get("edgeops") != __version__:
-            raise DeployError(f"the board runs edgeops {v.get('edgeops')}, this is {__version__}"
-                              f"; install edgeops {__version__} on the board (pip install "
-                              f"edgeops=={__version__})")
+        if v.get("edgeops") != version:
+            raise DeployError(f"the board runs edgeops {v.get('edgeops')}, this is {version}"
+                              f"; install edgeops {version} on the board (pip install "
+                              f"edgeops=={version})")
     except BaseException:
         _cleanup(t, staging)
         raise
-    after = t.board("activate", t.root, staging)[1]
+    t.board("activate", t.root, staging, "--owner", owner)
     rc, smoke, err = t.board("smoke", t.root, check=False)
     if rc != 0 or smoke is None or not smoke.get("ok"):
-        _switch_back(t, before)
+        _switch_back(t, before, owner)
         why = (f"max relative error {smoke['max_rel']:.3g} above tolerance {smoke['tolerance']:g}"
                if smoke else " ".join(err.split()) or f"agent exit status {rc}")
         raise DeployError(f"smoke test on {t.uri} failed ({why}); switched back to "
                           f"{before['current'] or 'no package'}")
-    after = t.board("collect", t.root)[1]    # only now: the package before previous goes
-    return {"package": str(p.path), "board": built_for, "to": t.uri,
-            "installed_as": after["current"], "previous": after["previous"],
-            "files": names, "smoke": smoke, "agent": agent, "signature": signed,
-            "removed_stale": stale}
+    after = t.board("collect", t.root, "--owner", owner)[1]  # only now: the one before previous goes
+    return {"installed_as": after["current"], "previous": after["previous"], "files": names,
+            "smoke": smoke, "agent": agent, "removed_stale": stale}
+
+
+LOCK_WAIT_S = 300.0     # a deploy of a small package takes seconds; a cold qemu one minutes
+
+
+@contextmanager
+def board_lock(t: Transport, what: str, wait_s: float | None = None, *, create: bool = False):
+    """Hold the board's deploy lock (:mod:`edgeops.deploy.boardlock`) for the ``with`` block;
+    yields ``{"owner", "waited_s", "broke"}``. Waits up to ``wait_s`` for a live holder, then
+    refuses naming it; a dead holder's lock is broken. ``create``: the board root may be created
+    (a first deploy); otherwise a missing root is refused."""
+    from edgeops.deploy import boardlock
+    wait_s = LOCK_WAIT_S if wait_s is None else wait_s
+    if not (isinstance(wait_s, (int, float)) and 0 <= wait_s <= 86400):
+        raise DeployError(f"--wait {wait_s!r}: give seconds between 0 and 86400")
+    if not create:
+        require_root(t)
+    src = Path(boardlock.__file__).read_text()
+    holder = boardlock.me(what)
+    doc = t.probe(src, t.root, "acquire", json.dumps({"holder": holder, "wait_s": wait_s}))[1]
+    if not doc.get("acquired"):
+        h = doc.get("holder") or {}
+        age = time.time() - h["since"] if isinstance(h.get("since"), (int, float)) else None
+        raise DeployError(
+            f"{t.uri} is locked by another deploy ({h.get('what')!s}, host {h.get('host')!s} "
+            f"pid {h.get('pid')!s}{f', for {age:.0f} s' if age is not None else ''}); waited "
+            f"{doc.get('waited_s', 0):.0f} s. Try again later or with a longer --wait; if that "
+            f"deploy is dead on another host: edgeops deploy --unlock --to {t.uri}")
+    try:
+        yield {"owner": holder["owner"], "waited_s": doc.get("waited_s"), "broke": doc.get("broke")}
+    finally:
+        try:
+            t.probe(src, t.root, "release", json.dumps({"owner": holder["owner"]}), check=False)
+        except Exception:  # noqa: BLE001  (a dead link: the lock's dead pid frees it later)
+            pass
+
+
+_ISDIR = "import json, os, sys; print(json.dumps({'dir': os.path.isdir(sys.argv[1])}))"
+
+
+def require_root(t: Transport) -> None:
+    """Refuse a board root that does not exist (a typo in --to), without creating it."""
+    if not t.probe(_ISDIR, t.root)[1]["dir"]:
+        raise DeployError(f"{t.uri}: {t.root} does not exist on the board; nothing was ever "
+                          f"deployed there (check --to, or deploy a package first)")
+
+
+def unlock(to) -> dict:
+    """Break the board's deploy lock whoever holds it, restoring the links its holder journalled
+    before a switch (``edgeops deploy --unlock``: for a deploy that died on another host)."""
+    from edgeops.deploy import boardlock
+    t = open_transport(to)
+    require_root(t)
+    doc = t.probe(Path(boardlock.__file__).read_text(), t.root, "break", "{}")[1]
+    return doc | {"to": t.uri}
 
 
 def _upload(t: Transport, src: Path, names, staging: str, progress: bool) -> None:
@@ -118,31 +186,33 @@ def _cleanup(t: Transport, staging: str) -> None:
         pass
 
 
-def _switch_back(t: Transport, before: dict) -> None:
+def _switch_back(t: Transport, before: dict, owner: str) -> None:
     if before["current"]:
         t.board("activate", t.root, before["current"], "--previous", before["previous"] or "",
-                "--collect")
+                "--collect", "--owner", owner)
     else:
-        t.board("deactivate", t.root)
+        t.board("deactivate", t.root, "--owner", owner)
 
 
-def rollback(to) -> dict:
+def rollback(to, wait_s: float | None = None) -> dict:
     t = open_transport(to)
-    return t.board("rollback", t.root)[1] | {"to": t.uri}
+    with board_lock(t, "rollback", wait_s):
+        return t.board("rollback", t.root)[1] | {"to": t.uri}
 
 
 def status(to) -> dict:
     """What is on the board: current, previous, installed packages, staging directories (with
-    how long each has been untouched) and the board-private edgeops, if any."""
+    how long each has been untouched), the board-private edgeops and the deploy lock, if any."""
     t = open_transport(to)
     return t.board("status", t.root)[1] | {"to": t.uri}
 
 
-def clean(to, older_than: float = 0) -> dict:
-    """Remove staging directories untouched for ``older_than`` seconds (0: all of them; make
-    sure no deploy to this board is running)."""
+def clean(to, older_than: float = 0, wait_s: float | None = None) -> dict:
+    """Remove staging directories untouched for ``older_than`` seconds (0: all of them); holds
+    the board lock, so no deploy's upload is removed under it."""
     t = open_transport(to)
-    return t.board("clean", t.root, "--older-than", str(older_than))[1] | {"to": t.uri}
+    with board_lock(t, "clean", wait_s):
+        return t.board("clean", t.root, "--older-than", str(older_than))[1] | {"to": t.uri}
 
 
 def run_remote(to, *, pkg=None, inputs=None, runs: int = 1, out=None) -> tuple[dict, dict]:
@@ -150,6 +220,7 @@ def run_remote(to, *, pkg=None, inputs=None, runs: int = 1, out=None) -> tuple[d
     .npz; default: the package's reference inputs). (the board's run document, outputs)."""
     import numpy as np
     t = open_transport(to)
+    require_root(t)              # never create a board directory as a side effect
     want = None
     if pkg is not None:
         from edgeops import package

@@ -129,6 +129,7 @@ def verify(pkg_dir, pub) -> dict:
     """Check ``manifest.sig`` of the package at ``pkg_dir`` against public key ``pub`` (path or
     key); :class:`PackageError` when it is missing, from another key or does not match."""
     from edgeops import package
+    _crypto()                 # without the cryptography package: a clear error, not an import
     from cryptography.exceptions import InvalidSignature
     if not hasattr(pub, "verify"):
         pub = load_public_key(pub)

@@ -104,11 +104,12 @@ class LocalTransport(Transport):
 
     def _exec(self, pyargs):
         # the board root as working directory: `python -m` puts the cwd first on sys.path, and a
-        # source checkout there would shadow the board's own edgeops
-        os.makedirs(self.root, exist_ok=True)
+        # source checkout there would shadow the board's own edgeops. A root that does not exist
+        # is not created here (only a deploy creates one): "/" stands in
+        cwd = self.root if os.path.isdir(self.root) else "/"
         cmd = self._command()
         try:
-            r = subprocess.run([*cmd, *pyargs], capture_output=True, text=True, cwd=self.root,
+            r = subprocess.run([*cmd, *pyargs], capture_output=True, text=True, cwd=cwd,
                                env=self._env(), timeout=self.timeout)
         except (OSError, subprocess.TimeoutExpired) as e:
             raise DeployError(f"cannot run the board's Python ({' '.join(cmd)}): {e}") from None

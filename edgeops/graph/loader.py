@@ -21,6 +21,9 @@ from edgeops.graph.ir import Graph, _static, _vi_shape_dtype
 _DIMS_RE = re.compile(r"^\d+(?:[x,]\d+)*$")
 
 
+MAX_DIM = 2**63 - 1     # an ONNX dim_value is an int64
+
+
 def parse_shapes(spec: str | Mapping[str, Iterable[int]] | None) -> dict[str, tuple[int, ...]]:
     """``"x:1x3x224x224;mask:1x128"`` (``;`` or space separated) or a mapping -> {name: shape}.
     The name ends at the last ``:``, so TensorFlow-style names such as ``input:0`` work."""
@@ -47,6 +50,9 @@ def parse_shapes(spec: str | Mapping[str, Iterable[int]] | None) -> dict[str, tu
             raise ShapeError(f"--shapes {name}: dims must be integers, got {dims}") from None
         if any(d <= 0 for d in shape):
             raise ShapeError(f"--shapes {name}: every dim must be a positive size, got {shape}")
+        if any(d > MAX_DIM for d in shape) or len(shape) > 32:
+            raise ShapeError(f"--shapes {name}: {'x'.join(map(str, shape))[:80]} is beyond what "
+                             f"ONNX holds (at most 32 dims, each at most {MAX_DIM})")
         out[name] = shape
     return out
 

@@ -166,6 +166,8 @@ def lower(model, board, *, mode: str = "auto", targets=None, shapes=None, plan: 
         table = None
     elif table is None:
         from edgeops.lower.measure import KernelTable
+        from edgeops.package import check_memory
+        check_memory(src, "measuring the nodes here")    # before anything allocates
         table = KernelTable(board, threads=threads)
     src_nodes = {n.name: n for n in src.nodes}
     ctx = SimpleNamespace(board=board, mode=mode, targets=targets, plan=plan, budget=budget,

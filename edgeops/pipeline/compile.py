@@ -30,6 +30,7 @@ def compile_model(model, board, out, *, mode: str = "auto", shapes=None, targets
     src, name = resolve(model)
     if not force and (Path(out).exists() or Path(out).is_symlink()):   # fail before the work
         raise PackageError(f"{out} already exists; edgeops will not overwrite it (use --force)")
+    package.check_destination(out, force)
     use_wait_policy(omp_wait, f"compiling with --omp-wait {omp_wait}")   # before anything measures
     exclude: dict[str, str] = {}
     for attempt in range(MAX_REPAIRS + 1):

@@ -126,7 +126,25 @@ def _shape(name, value) -> list[int]:
 _NPY_LOCK = threading.Lock()
 
 
-def load_npy(body: bytes) -> np.ndarray:
+def _npy_bytes(f, what: str) -> int:
+    """Bytes the .npy at ``f`` declares (its header; numpy allocates that much before reading
+    the data, so a short body may not declare a huge array)."""
+    from numpy.lib import format as F
+    try:
+        version = F.read_magic(f)
+        shape, _, dtype = (F.read_array_header_1_0(f) if version == (1, 0) else
+                           F.read_array_header_2_0(f))
+    except Exception as e:  # noqa: BLE001  (numpy raises several kinds on a bad header)
+        raise BadRequest(f"{what} is not a readable .npy array ({e})") from None
+    if dtype.kind not in _KINDS:
+        raise BadRequest(f"{what}: dtype {dtype} is not numeric")
+    return math.prod(shape) * dtype.itemsize
+
+
+def load_npy(body: bytes, max_bytes: int | None = None) -> np.ndarray:
+    if max_bytes is not None and _npy_bytes(io.BytesIO(body), "body") > max_bytes:
+        raise TooLarge(f"the .npy body declares more than the {max_bytes} bytes this package's "
+                       f"inputs take")
     try:
         with _NPY_LOCK:
             return np.load(io.BytesIO(body), allow_pickle=False)
@@ -134,7 +152,30 @@ def load_npy(body: bytes) -> np.ndarray:
         raise BadRequest(f"body is not a readable .npy file ({e})") from None
 
 
-def load_npz(body: bytes) -> dict[str, np.ndarray]:
+def load_npz(body: bytes, max_bytes: int | None = None,
+             max_arrays: int | None = None) -> dict[str, np.ndarray]:
+    """The arrays of an .npz body. ``max_arrays``, ``max_bytes``: checked on the archive's
+    directory and each member's .npy header before anything is decompressed (a few MB of
+    zeros would otherwise decompress to gigabytes)."""
+    import zipfile
+    if max_bytes is not None or max_arrays is not None:
+        try:
+            with zipfile.ZipFile(io.BytesIO(body)) as zf:
+                infos = zf.infolist()
+                if max_arrays is not None and len(infos) > max_arrays:
+                    raise BadRequest(f".npz body holds {len(infos)} arrays; this package takes "
+                                     f"{max_arrays}")
+                total = sum(i.file_size for i in infos)
+                if max_bytes is not None and total <= max_bytes:
+                    total = 0
+                    for i in infos:
+                        with zf.open(i) as f:
+                            total += _npy_bytes(f, f"array {i.filename!r}")
+        except (zipfile.BadZipFile, OSError, EOFError, ValueError) as e:
+            raise BadRequest(f"body is not a readable .npz file ({e})") from None
+        if max_bytes is not None and total > max_bytes:
+            raise TooLarge(f".npz body would decompress to {total} bytes, more than the "
+                           f"{max_bytes} this package's inputs take")
     try:
         with _NPY_LOCK, np.load(io.BytesIO(body), allow_pickle=False) as z:
             if not hasattr(z, "files"):

@@ -103,7 +103,24 @@ CASES = [
      ["architecture", "npu"]),
     ("gpu table on a cpu board", "[peer]", "[gpu]\nwarp_size = 32\nsource = \"x\"\n\n[peer]", ["gpu"]),
     ("wrong schema version", "schema = 1", "schema = 2", ["schema", "must be 1"]),
+    ("schema true", "schema = 1", "schema = true", ["schema", "must be 1"]),
     ("not TOML", "[clock]", "[clock", ["not valid TOML"]),
+    # zero, infinite and absurd figures: refused at load, not NaN latencies later
+    ("zero clock", "hz = 1.0e9", "hz = 0.0", ["clock.hz", "plausible"]),
+    ("infinite clock", "hz = 1.0e9", "hz = inf", ["clock.hz", "finite"]),
+    ("nan clock", "hz = 1.0e9", "hz = nan", ["clock.hz", "finite"]),
+    ("clock in GHz", "hz = 1.0e9", "hz = 1.0", ["clock.hz", "plausible", "unit"]),
+    ("zero bandwidth", "bandwidth_bytes_per_s = 1e10", "bandwidth_bytes_per_s = 0",
+     ["path[0].bandwidth_bytes_per_s", "plausible"]),
+    ("infinite bandwidth", "bandwidth_bytes_per_s = 1e10", "bandwidth_bytes_per_s = inf",
+     ["path[0].bandwidth_bytes_per_s", "finite"]),
+    ("zero cores", "count = 2\n", "count = 0\n", ["core[0].count", "plausible"]),
+    ("zero flops", "{ fp32 = 8 }", "{ fp32 = 0 }", ["unit[0].flops_per_cycle.fp32", "plausible"]),
+    ("zero memory", "size_bytes = 32768", "size_bytes = 0", ["memory[1].size_bytes", "plausible"]),
+    ("efficiency above 1", "gemm_efficiency = 0.5", "gemm_efficiency = 50",
+     ["peer.gemm_efficiency", "plausible"]),
+    ("a 10 s launch", "overhead_s = 1e-6\nsource", "overhead_s = 10.0\nsource",
+     ["launch.overhead_s", "plausible"]),
 ]
 
 

@@ -56,6 +56,7 @@ def test_deploy_run_rollback(capsys, pkgs, tmp_path, rng, current_ok):
 
 def test_refusals(capsys, pkgs, tmp_path):
     a, _ = pkgs
+    (tmp_path / "board").mkdir()    # an empty board (a missing one: test_lock.py)
     to = f"local:{tmp_path / 'board'}"
     for argv, msg in ((["deploy", str(a), "--board", "rpi5", "--to", to], "compiled for board 'host'"),
                       (["deploy", "--rollback", "--to", to], "no previous package"),

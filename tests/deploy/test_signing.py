@@ -2,6 +2,7 @@
 tampered packages; keygen refuses to overwrite a key."""
 import json
 import shutil
+import sys
 
 import pytest
 
@@ -71,3 +72,15 @@ def test_openssl_made_keys_work(pkgs, tmp_path):
     shutil.copytree(pkgs[0], pkg)
     signing.sign(pkg, tmp_path / "k.pem")
     assert signing.verify(pkg, tmp_path / "k.pub")["ok"]
+
+
+def test_verify_without_cryptography_is_a_clear_error(monkeypatch, tmp_path):
+    """deploy --verify-key where the sign extra is missing: one EdgeOpsError, no
+    ModuleNotFoundError (sys.modules[name] = None makes the import fail as if absent)."""
+    from edgeops.deploy import signing
+    from edgeops.errors import EdgeOpsError
+    for name in [m for m in sys.modules if m == "cryptography" or m.startswith("cryptography.")]:
+        monkeypatch.setitem(sys.modules, name, None)
+    monkeypatch.setitem(sys.modules, "cryptography", None)
+    with pytest.raises(EdgeOpsError, match=r"needs the cryptography package: pip install"):
+        signing.verify(tmp_path, tmp_path / "key.pub")
