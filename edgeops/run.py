@@ -102,17 +102,14 @@ def layer_errors(p, feeds: dict, golden_model=None) -> list[dict]:
 
 def _float_tensors(m) -> dict:
     """{tensor: producing node} for node outputs whose type says float32, leaving out those
-    computed from constants alone (a weight's DequantizeLinear): ONNX Runtime folds them into
-    initializers and refuses to expose one as a graph output, and they are no layer's output."""
+    computed from constants alone (a weight's DequantizeLinear; no layer's output)."""
+    from edgeops.pipeline.quantize import constant_tensors
     vi = {v.name: v for v in [*m.graph.value_info, *m.graph.output]}
-    const = {t.name for t in m.graph.initializer} | {""}
+    const = constant_tensors(m)
     out = {}
     for node in m.graph.node:
-        if all(i in const for i in node.input):
-            const.update(node.output)
-            continue
         for o in node.output:
-            if o in vi and vi[o].type.tensor_type.elem_type == onnx_float():
+            if o not in const and o in vi and vi[o].type.tensor_type.elem_type == onnx_float():
                 out[o] = node
     return out
 

@@ -118,8 +118,21 @@ def print_written(doc: dict) -> None:
     v = doc.get("verified")
     if v is None:
         check = "not run here (--no-verify)"
+    elif "int8" in v:
+        state = "[green]ok[/green]" if v["ok"] else \
+            f"[red]FAILED[/red] at {', '.join(v['int8']['failed'])}"
+        worst = max((r["max_steps"] for r in v["int8"]["tensors"].values()), default=0.0)
+        check = (f"every node within {worst:.2f} quantization steps of ONNX Runtime on the QDQ "
+                 f"model (allowed: 1 on 99.9%, 2 on all): {state}; end to end max relative "
+                 f"error {v['max_rel']:.2e}")
     else:
         state = "[green]ok[/green]" if v["ok"] else "[red]ABOVE TOLERANCE[/red]"
         check = (f"max relative error {v['max_rel']:.2e} vs ONNX Runtime on the original "
                  f"(tolerance {doc['tolerance']['rel']:.0e}): {state}")
     c.print(f"package written to [bold]{doc['package']}[/bold]; check: {check}")
+    q = doc.get("quantization")
+    if q:       # accuracy, not a verdict: int8 is meant to differ from float
+        from edgeops.quantize.analysis import fmt_db
+        e = q["end_to_end"]
+        c.print(f"accuracy of int8 vs the float model ({q['method']}, {q.get('eval_set', 'calibration')}"
+                f" set): SQNR {fmt_db(e['sqnr_db'])} dB, cosine {e['cosine']:.5f}")

@@ -6,6 +6,7 @@ package; the failures come structured from :class:`edgeops.ort.KernelRuntimeErro
 """
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Callable
 
@@ -27,6 +28,7 @@ def compile_model(model, board, out, *, mode: str = "auto", shapes=None, targets
     from edgeops.lower import lower
     from edgeops.ort import KernelRuntimeError, use_wait_policy
     from edgeops.pipeline.models import resolve
+    from edgeops.pipeline.quantize import check_int8, is_quantized
     src, name = resolve(model)
     if not force and (Path(out).exists() or Path(out).is_symlink()):   # fail before the work
         raise PackageError(f"{out} already exists; edgeops will not overwrite it (use --force)")
@@ -38,9 +40,11 @@ def compile_model(model, board, out, *, mode: str = "auto", shapes=None, targets
         doc = {"model": name, "package": str(out), **lw.to_dict()}
         if show is not None:
             show(doc)
+        # a QDQ model is checked node by node in quantization steps, not to the fp32 tolerance
+        check = functools.partial(check_int8, threads=threads) if is_quantized(lw.source) else None
         try:
             pkg = package.write(lw, out, force=force, seed=seed, verify=verify, threads=threads,
-                                source=name, omp_wait=omp_wait)
+                                source=name, omp_wait=omp_wait, check=check)
             break
         except KernelRuntimeError as e:
             failed = {n: f"its kernel failed the check at compile time: {why}"
