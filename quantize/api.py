@@ -203,10 +203,12 @@ def quantize_model(model, calib, *, method: str = "minmax", per_channel: bool = 
                    quantize_outputs: bool = False, bias_correction: bool = True,
                    target_sqnr: float | None = None,
                    eval_data=None, latency_cost=None, progress=None,
-                   mean=(0.0,), std=(1.0,), layout: str = "NCHW"):
+                   mean=(0.0,), std=(1.0,), layout: str = "NCHW", resize: str = "stretch"):
     """Quantize ``model`` (path, bytes or ModelProto) with calibration data
     ``calib`` (a reader, a list of {input: array}, an .npz, a folder, image paths, or
-    ``"random"``). Returns (QDQ ModelProto, report dict).
+    ``"random"``; the formats: docs/calibration.md). Returns (QDQ ModelProto, report dict).
+    ``mean``, ``std``, ``layout``, ``resize``: how images become inputs
+    (:func:`edgeops.quantize.calib.image_reader`).
 
     ``method``: the activation observer (minmax, percentile, entropy, mse); ``weight_method``:
     minmax (max|w| / 127 per channel) or mse; ``target_sqnr``: dB the end-to-end output must
@@ -227,9 +229,10 @@ def quantize_model(model, calib, *, method: str = "minmax", per_channel: bool = 
     inputs = model_inputs(m)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", EdgeOpsWarning)
-        batches = validated_batches(open_reader(calib, inputs, mean=mean, std=std, layout=layout), inputs)
+        batches = validated_batches(open_reader(calib, inputs, mean=mean, std=std, layout=layout,
+                                                   resize=resize), inputs)
         evals = batches if eval_data is None else validated_batches(
-            open_reader(eval_data, inputs, mean=mean, std=std, layout=layout), inputs)
+            open_reader(eval_data, inputs, mean=mean, std=std, layout=layout, resize=resize), inputs)
     for w in caught:
         warnings.warn(w.message, w.category, stacklevel=2)
     qnodes = find_nodes(m)

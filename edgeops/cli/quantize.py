@@ -5,7 +5,7 @@
 with per-layer accuracy analysis and, given ``--target-sqnr``, automatic mixed precision.
 
 ``--calib`` takes an ``.npz``, a folder of ``.npy`` files or images, or ``random[:N]`` (noise:
-accuracy figures are then meaningless). :func:`edgeops.quantize.quantize_model` is the same.
+accuracy figures are then meaningless); the formats are in docs/calibration.md. :func:`edgeops.quantize.quantize_model` is the same.
 """
 from __future__ import annotations
 
@@ -46,6 +46,8 @@ def add(sub):
     p.add_argument("--mean", default="0", help="image mean per channel, comma-separated")
     p.add_argument("--std", default="1", help="image std per channel, comma-separated")
     p.add_argument("--layout", default="NCHW", choices=["NCHW", "NHWC"], help="image layout")
+    p.add_argument("--resize", default="stretch", choices=["stretch", "crop"],
+                   help="images to the input's size: stretch, or shorter side then centre crop")
     p.add_argument("--report", metavar="FILE.json", help="write the full report")
     p.add_argument("--plot", metavar="PNG", help="per-layer SQNR bars")
     p.add_argument("--board", help="cost mixed precision in predicted latency on this board")
@@ -104,7 +106,7 @@ def quantize_cli(args, progress):
                           target_sqnr=args.target_sqnr,
                           eval_data=args.eval, latency_cost=cost, progress=progress,
                           mean=_floats(args.mean, "--mean"), std=_floats(args.std, "--std"),
-                          layout=args.layout)
+                          layout=args.layout, resize=args.resize)
 
 
 def _write_model(model, path):
