@@ -50,7 +50,8 @@ def add(sub):
                    help="images to the input's size: stretch, or shorter side then centre crop")
     p.add_argument("--report", metavar="FILE.json", help="write the full report")
     p.add_argument("--plot", metavar="PNG", help="per-layer SQNR bars")
-    p.add_argument("--board", help="cost mixed precision in predicted latency on this board")
+    p.add_argument("--board", help="cost the float, int8 and mixed-precision models in compile's "
+                   "predicted latency on this board")
     p.add_argument("--force", action="store_true", help="overwrite OUT / report / plot")
     p.add_argument("--json", action="store_true", help="one JSON document on stdout")
     p.set_defaults(func=run)
@@ -152,9 +153,10 @@ def print_report(r: dict) -> None:
                 f"kept in float: {kept}")
     lat = r.get("latency")
     if lat:
-        c.print(f"predicted latency on {lat['board']} (simulator, naive tilings) of the quantized "
-                f"nodes: all int8 {lat['quantized_nodes_int8_s'] * 1e3:.3f} ms, as written "
-                f"{lat['mixed_s'] * 1e3:.3f} ms (cost {lat['cost_s'] * 1e3:+.3f} ms)")
-        for n, why in lat["unavailable"].items():
-            c.print(f"  {n}: no int8/float prediction ({why})")
+        c.print(f"predicted latency on {lat['board']} (compile's predictor): float "
+                f"{lat['float_s'] * 1e3:.3f} ms, all int8 {lat['int8_s'] * 1e3:.3f} ms, as written "
+                f"{lat['written_s'] * 1e3:.3f} ms (float layers cost {lat['cost_s'] * 1e3:+.3f} ms)")
+        for which, nodes in lat["unmodelled"].items():
+            if nodes:
+                c.print(f"  {which}: {len(nodes)} node(s) not modelled (not in the figure)")
     c.print(f"wrote {r['out']}")

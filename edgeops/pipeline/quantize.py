@@ -1,7 +1,7 @@
 """Quantization inside the pipeline: ``edgeops compile --quantize DATA`` (load, the standard-ONNX
 clean-up passes: drop Dropout, fold BatchNorm into Conv; then INT8 QDQ, whose units the fusion
-passes inside lowering turn into int8 kernels), and the simulator's latency cost of the layers
-kept in float. :mod:`edgeops.quantize` itself needs only the core: these are handed to it."""
+passes inside lowering turn into int8 kernels), compile's predicted latency as the cost of
+mixed precision, and the check of a quantized package against ONNX Runtime on its QDQ model. :mod:`edgeops.quantize` itself needs only the core: these are handed to it."""
 from __future__ import annotations
 
 import numpy as np
@@ -33,35 +33,15 @@ def quantize_for_compile(model, calib, *, method: str = "minmax", activation_typ
                           activation_type=activation_type, **kw)
 
 
-def latency_cost(m, qnodes, keep: list[str], board) -> dict:
-    """Predicted latency (simulator, naive tilings) of each quantized node in float and int8 on
-    ``board``, and what keeping ``keep`` in float costs."""
-    from edgeops import boards
-    from edgeops.errors import EdgeOpsError
-    from edgeops.tiling.api import naive, predict
-    from edgeops.tiling.graphsim import board_cast, cast_space, load_model
-    from edgeops.tiling.from_node import space_from_node
-    b = boards.load(board)
-    g = load_model(m)
-    cast = board_cast(b)     # "float" is what the board runs fp32 in (fp16 on Cube/tensor cores)
-    rows, unavailable = {}, {}
-    for q in qnodes:
-        try:
-            sp = space_from_node(g.node(q.name))
-            if isinstance(sp, str):
-                raise EdgeOpsError(sp)
-            sf = cast_space(sp, cast)
-            f = predict(sf, b, naive(sf, b)).prediction.latency_s
-            s8 = cast_space(sp, {sp.dtype: "int8"})
-            i8 = predict(s8, b, naive(s8, b)).prediction.latency_s
-            rows[q.name] = {"float_dtype": sf.dtype, "float_s": f, "int8_s": i8}
-        except Exception as e:  # noqa: BLE001  (a node the simulator cannot cost: say so)
-            unavailable[q.name] = f"{type(e).__name__}: {e}"
-    all_int8 = sum(r["int8_s"] for r in rows.values())
-    mixed = sum(r["float_s"] if n in keep else r["int8_s"] for n, r in rows.items())
-    return {"board": b.name, "tiling": "naive", "nodes": rows, "unavailable": unavailable,
-            "quantized_nodes_int8_s": all_int8, "mixed_s": mixed, "cost_s": mixed - all_int8,
-            "kept_unavailable": [n for n in keep if n in unavailable]}
+def latency_cost(model, board) -> dict:
+    """Compile's predicted latency of ``model`` (float or QDQ) on ``board``: the lowering compile
+    does (fusions, int8 kernels, placement; no measurement), summed as ``edgeops compile``
+    prints it. The cost :func:`edgeops.quantize.api.quantize_model` reports mixed precision in."""
+    from edgeops.lower import lower
+    lw = lower(model, board, measure=False)
+    return {"board": lw.board.name, "latency_s": lw.predicted_latency_s,
+            "unmodelled": lw.unmodelled,
+            "lowered": sum(1 for p in lw.placements if p.target is not None)}
 
 
 # ---- verifying a quantized package against ONNX Runtime on its QDQ model -------------------
