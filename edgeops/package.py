@@ -170,7 +170,7 @@ def timed_runs(sess, feeds: dict, runs: int = 5) -> tuple[dict, list[float]]:
 
 def write(lowering, out, *, force: bool = False, seed: int = 0, verify: bool = True,
           threads: int | None = None, source: str | None = None,
-          omp_wait: str | None = None, check=None) -> Package:
+          omp_wait: str | None = None, check=None, extra: dict | None = None) -> Package:
     """Write the package of ``lowering`` (an ``edgeops.lower.Lowering``) to directory ``out``.
 
     Reference outputs come from ONNX Runtime on the original model with seeded random inputs.
@@ -180,7 +180,8 @@ def write(lowering, out, *, force: bool = False, seed: int = 0, verify: bool = T
     (default: this process's, which measured the lowering; edgeops.ort.wait_policy).
     ``check(lowering, feeds, errors) -> dict``: judges the run instead of the fp32 tolerance (a
     QDQ source: :func:`edgeops.pipeline.quantize.check_int8`); its ``ok`` and details go into
-    ``verified``, its ``tolerance`` ({rel, why}) into the manifest."""
+    ``verified``, its ``tolerance`` ({rel, why}) into the manifest. ``extra``: more manifest
+    sections (a quantized package's ``quantization``)."""
     from edgeops import __version__
     from edgeops.ort import wait_policy
     out = Path(out)
@@ -204,7 +205,7 @@ def write(lowering, out, *, force: bool = False, seed: int = 0, verify: bool = T
             tol = verified.pop("tolerance", tol)
     blobs = {MODEL: _serialise(model), REFERENCE: _npz(feeds, expected)}
     doc = _manifest(lowering, feeds, expected, blobs, seed, tol, verified, threads, source,
-                    __version__, omp_wait or wait_policy())
+                    __version__, omp_wait or wait_policy()) | json.loads(json.dumps(extra or {}))
     _install(out, blobs, doc)
     return load(out, check_kernels=False)
 

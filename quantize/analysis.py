@@ -37,6 +37,28 @@ class Agreement:
         return 1.0 if d == 0 and self.noise == 0 else (self.dot / d if d else 0.0)
 
 
+class Top1:
+    """How often the quantized model's arg-max class is the float model's, for an output that
+    looks like class scores (N x C, C > 1); None for any other."""
+
+    def __init__(self):
+        self.same = self.total = 0
+        self.applies = True
+
+    def update(self, ref, got):
+        ref, got = np.asarray(ref), np.asarray(got)
+        if ref.ndim != 2 or ref.shape[1] < 2:
+            self.applies = False
+            return self
+        self.same += int((ref.argmax(1) == got.argmax(1)).sum())
+        self.total += ref.shape[0]
+        return self
+
+    @property
+    def agreement(self):
+        return self.same / self.total if self.applies and self.total else None
+
+
 def sqnr_db_from(sig: float, noise: float) -> float:
     if noise == 0:
         return math.inf

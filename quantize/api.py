@@ -8,7 +8,7 @@ import warnings
 import numpy as np
 
 from edgeops.errors import EdgeOpsError, EdgeOpsWarning, ModelError
-from edgeops.quantize.analysis import Agreement, e2e_sqnr, jsonable
+from edgeops.quantize.analysis import Agreement, Top1, e2e_sqnr, jsonable
 from edgeops.quantize.calib import open_reader, validated_batches
 from edgeops.quantize.observers import (QRANGE, activation_qparams, fake_quantize,
                                         make_observer, quantize_weight, dequantize)
@@ -211,6 +211,7 @@ def analyse(m, qdq, qnodes, act_params, batches, *, per_channel=True, weight_met
     ag_iso = {o: Agreement() for o in node_outs}
     ag_cum = {o: Agreement() for o in node_outs}
     ag_e2e = {o: Agreement() for o in outputs}
+    top1 = {o: Top1() for o in outputs}
     ref_outs = []
     for k, b in enumerate(batches):
         if k >= SAMPLE_BATCHES:     # past the sample: the end-to-end figure only
@@ -233,6 +234,7 @@ def analyse(m, qdq, qnodes, act_params, batches, *, per_channel=True, weight_met
                 ag_cum[o].update(_sample(f[o]), _sample(qv[o]))
         for o in outputs:
             ag_e2e[o].update(f[o], qv[o])
+            top1[o].update(f[o], qv[o])
         ref_outs.append({o: f[o] for o in outputs})
     inits = {t.name: t for t in m.graph.initializer}
     from onnx import numpy_helper
@@ -255,24 +257,29 @@ def analyse(m, qdq, qnodes, act_params, batches, *, per_channel=True, weight_met
                "cosine": ag_cum[q.output].cosine, "isolated_cosine": ag_iso[q.output].cosine}
               for q in qnodes]
     layers.sort(key=lambda r: r["isolated_sqnr_db"])
-    return {"end_to_end": _e2e_doc(ag_e2e), "layers": layers, "tensors": tensors,
+    return {"end_to_end": _e2e_doc(ag_e2e, top1), "layers": layers, "tensors": tensors,
             "_ref_outs": ref_outs}
 
 
-def _e2e_doc(ag):
+def _e2e_doc(ag, top1):
+    t1 = {o: t.agreement for o, t in top1.items() if t.agreement is not None}
     return {"sqnr_db": jsonable(e2e_sqnr(ag)),
             "cosine": min(a.cosine for a in ag.values()),
-            "outputs": {o: {"sqnr_db": jsonable(a.sqnr_db), "cosine": a.cosine} for o, a in ag.items()}}
+            "top1_agreement": min(t1.values()) if t1 else None,
+            "outputs": {o: {"sqnr_db": jsonable(a.sqnr_db), "cosine": a.cosine,
+                            "top1_agreement": top1[o].agreement} for o, a in ag.items()}}
 
 
 def e2e_of(model, batches, ref_outs) -> dict:
     outputs = [o.name for o in model.graph.output]
     sess = session(model)
     ag = {o: Agreement() for o in outputs}
+    top1 = {o: Top1() for o in outputs}
     for b, ref in zip(batches, ref_outs):
         for o, v in zip(outputs, sess.run(outputs, b)):
             ag[o].update(ref[o], v)
-    return _e2e_doc(ag)
+            top1[o].update(ref[o], v)
+    return _e2e_doc(ag, top1)
 
 
 def mixed_precision(m, qnodes, act_params, batches, ref_outs, layers, target_db, *, per_channel=True,

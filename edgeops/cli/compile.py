@@ -58,19 +58,21 @@ def run(args) -> int:
     if args.sign:       # a bad key fails before the work
         from edgeops.deploy.signing import load_private_key, sign
         key = load_private_key(args.sign)
-    model, qrep = args.model, None
+    model, qrep, qdoc = args.model, None, None
     if args.quantize:
-        from edgeops.pipeline.quantize import quantize_for_compile
+        from edgeops.pipeline.quantize import manifest_section, quantize_for_compile
         model, qrep = quantize_for_compile(args.model, args.quantize, method=args.method)
+        qdoc = manifest_section(qrep)
     from edgeops.pipeline.compile import compile_model
     doc = compile_model(model, args.board, args.out, mode=args.lower,
                         shapes=";".join(args.shapes) if args.shapes else None,
                         targets=args.targets.split(",") if args.targets else None,
                         force=args.force, verify=not args.no_verify, seed=args.seed,
                         threads=args.threads, plan=not args.no_tune, show=show,
-                        say=None if args.json else _say, omp_wait=args.omp_wait)
+                        say=None if args.json else _say, omp_wait=args.omp_wait,
+                        quantization=qdoc)
     if qrep is not None:
-        doc["quantization"] = {"method": qrep["method"], "end_to_end": qrep["end_to_end"]}
+        doc["quantization"] = {**qdoc, "end_to_end": qrep["end_to_end"]}
     if key is not None:
         doc["signature"] = sign(args.out, key)
     if args.json:
@@ -133,6 +135,8 @@ def print_written(doc: dict) -> None:
     q = doc.get("quantization")
     if q:       # accuracy, not a verdict: int8 is meant to differ from float
         from edgeops.quantize.analysis import fmt_db
-        e = q["end_to_end"]
-        c.print(f"accuracy of int8 vs the float model ({q['method']}, {q.get('eval_set', 'calibration')}"
-                f" set): SQNR {fmt_db(e['sqnr_db'])} dB, cosine {e['cosine']:.5f}")
+        a = q["accuracy"]
+        top1 = "" if a["top1_agreement"] is None else \
+            f", top-1 agreement {a['top1_agreement']:.1%}"
+        c.print(f"accuracy of int8 ({q['method']}) vs the float model {q['source']['name']} on "
+                f"{a['on']}: SQNR {fmt_db(a['sqnr_db'])} dB, cosine {a['cosine']:.5f}{top1}")

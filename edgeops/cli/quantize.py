@@ -144,7 +144,9 @@ def print_report(r: dict) -> None:
         t.add_row(row["node"], row["op"], fmt_db(row["isolated_sqnr_db"]),
                   fmt_db(row["cumulative_sqnr_db"]), f"{row['cosine']:.5f}")
     c.print(t)
-    c.print(f"end-to-end: SQNR {fmt_db(e['sqnr_db'])} dB, cosine {e['cosine']:.5f}")
+    top1 = "" if e.get("top1_agreement") is None else \
+        f", top-1 agreement {e['top1_agreement']:.1%}"
+    c.print(f"end-to-end: SQNR {fmt_db(e['sqnr_db'])} dB, cosine {e['cosine']:.5f}{top1}")
     mp = r.get("mixed_precision")
     if mp:
         kept = ", ".join(mp["kept_float"]) or "none"

@@ -16,12 +16,16 @@ MAX_REPAIRS = 3     # compile again at most this often, moving failed kernels' n
 def compile_model(model, board, out, *, mode: str = "auto", shapes=None, targets=None,
                   force: bool = False, verify: bool = True, seed: int = 0, threads=None,
                   plan: bool = True, show: Callable[[dict], None] | None = None,
-                  say: Callable[[str], None] | None = None, omp_wait: str | None = None) -> dict:
+                  say: Callable[[str], None] | None = None, omp_wait: str | None = None,
+                  quantization: dict | None = None) -> dict:
     """Lower ``model`` (path, "sample", bytes or ModelProto) for ``board`` and write the
     package ``out``; ``show(doc)`` is called with the placement before the package is built,
     ``say(line)`` when failed kernels make it compile again. ``omp_wait``: OpenMP wait policy
     (edgeops.ort.WAIT_POLICIES) to measure with and name in the manifest; this process must not
     run OpenMP with another (None: the process's, passive unless the environment chose).
+    ``quantization``: ``model`` is the QDQ model of this float model
+    (:func:`edgeops.pipeline.quantize.manifest_section`): recorded in the manifest, whose
+    source it names.
     Returns the ``edgeops compile --json`` document."""
     from edgeops import package
     from edgeops.errors import PackageError
@@ -30,6 +34,8 @@ def compile_model(model, board, out, *, mode: str = "auto", shapes=None, targets
     from edgeops.pipeline.models import resolve
     from edgeops.pipeline.quantize import check_int8, is_quantized
     src, name = resolve(model)
+    if quantization is not None:
+        name = f"{quantization['source']['name']} (int8 QDQ)"
     if not force and (Path(out).exists() or Path(out).is_symlink()):   # fail before the work
         raise PackageError(f"{out} already exists; edgeops will not overwrite it (use --force)")
     use_wait_policy(omp_wait, f"compiling with --omp-wait {omp_wait}")   # before anything measures
@@ -44,7 +50,8 @@ def compile_model(model, board, out, *, mode: str = "auto", shapes=None, targets
         check = functools.partial(check_int8, threads=threads) if is_quantized(lw.source) else None
         try:
             pkg = package.write(lw, out, force=force, seed=seed, verify=verify, threads=threads,
-                                source=name, omp_wait=omp_wait, check=check)
+                                source=name, omp_wait=omp_wait, check=check,
+                                extra={"quantization": quantization} if quantization else None)
             break
         except KernelRuntimeError as e:
             failed = {n: f"its kernel failed the check at compile time: {why}"

@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 CLEANUP_BELOW = 100       # pass priorities below this are clean-ups (edgeops.passes)
+HELD_OUT = 4              # compile --quantize keeps 1 calibration batch in this many for accuracy
 
 
 def cleaned(model):
@@ -20,17 +21,49 @@ def quantize_for_compile(model, calib, *, method: str = "minmax", activation_typ
                          **kw):
     """(QDQ ModelProto, quantization report) for ``model`` (path, "sample", bytes or
     ModelProto) calibrated on ``calib``, cleaned up first so that BatchNorm is already in the
-    Conv it follows when the weights are quantized. ``kw`` goes to
+    Conv it follows when the weights are quantized. Unless ``eval_data`` is given, the last
+    1 in :data:`HELD_OUT` calibration batches is held out of calibration for the accuracy
+    figures. The report adds the float model's name and sha256 (``source``). ``kw`` goes to
     :func:`edgeops.quantize.api.quantize_model`.
 
     Activations default to uint8 here: the package's reference run is ONNX Runtime with its
     default optimisations, and ORT 1.32's extended QDQ rewrite of a Gemm on a shape-inferred
     model inserts a QuantizeLinear with a uint8 zero point next to our int8 one and then
     refuses its own graph (TypeInferenceError on ``gemm_input_reshape_arg_q``)."""
-    from edgeops.pipeline.models import load_onnx
+    import hashlib
+
+    from edgeops.pipeline.models import load_onnx, resolve
     from edgeops.quantize.api import quantize_model
-    return quantize_model(cleaned(load_onnx(model)), calib, method=method,
-                          activation_type=activation_type, **kw)
+    from edgeops.quantize.calib import open_reader, validated_batches
+    from edgeops.quantize.qdq import model_inputs, prepare
+    src = load_onnx(model)
+    m = cleaned(src)
+    held = 0
+    if kw.get("eval_data") is None:     # accuracy on samples calibration did not see
+        inputs = model_inputs(prepare(m))
+        batches = validated_batches(open_reader(calib, inputs), inputs)
+        held = max(1, len(batches) // HELD_OUT) if len(batches) > 1 else 0
+        calib = batches[:len(batches) - held]
+        kw["eval_data"] = batches[len(batches) - held:] if held else None
+    q, rep = quantize_model(m, calib, method=method, activation_type=activation_type, **kw)
+    rep["source"] = {"name": resolve(model)[1], "sha256": hashlib.sha256(
+        src.SerializeToString(deterministic=True)).hexdigest()}
+    rep["held_out_batches"] = held
+    return q, rep
+
+
+def manifest_section(rep: dict) -> dict:
+    """What a quantized package's manifest records of how it was made and how close it is to
+    its float model (``quantization``)."""
+    e = rep["end_to_end"]
+    return {"source": rep["source"], "method": rep["method"],
+            "activation_type": rep["activation_type"], "per_channel": rep["per_channel"],
+            "bias_correction": rep["bias_correction"]["enabled"],
+            "accuracy": {"vs": "the float model", "of": "the QDQ model the package is checked against",
+                         "on": f"{rep['eval_batches']} {rep['eval_set']} batch(es)"
+                               + ("" if rep["eval_set"] == "held-out" else " (too few to hold any out)"),
+                         "sqnr_db": e["sqnr_db"], "cosine": e["cosine"],
+                         "top1_agreement": e["top1_agreement"]}}
 
 
 def latency_cost(model, board) -> dict:
