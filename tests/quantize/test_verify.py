@@ -109,3 +109,14 @@ def test_run_layers_on_quantized_packages(tmp_path, capsys, sample_qdq, mode):
     assert not any(t.endswith("weight_dq") for t in rows)
     if mode == "none":       # the package is the QDQ model in ONNX Runtime: bit for bit
         assert all(r["max_abs"] == 0 for r in rows.values())
+
+
+def test_placement_reason_of_quantized_nodes(sample_qdq):
+    """On a board without int8 predictions a quantized conv or matmul says so; it is not
+    called a layout or data-movement op."""
+    from edgeops.lower import lower
+    rows = [p for p in lower(sample_qdq, "rpi5", measure=False).placements
+            if p.node in ("stem.conv", "block1.proj", "logits")]
+    assert len(rows) == 3
+    for p in rows:
+        assert "data-movement" not in p.reason and "int8" in p.reason, p.reason
