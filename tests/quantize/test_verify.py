@@ -109,6 +109,14 @@ def test_run_layers_on_quantized_packages(tmp_path, capsys, sample_qdq, mode):
     assert not any(t.endswith("weight_dq") for t in rows)
     if mode == "none":       # the package is the QDQ model in ONNX Runtime: bit for bit
         assert all(r["max_abs"] == 0 for r in rows.values())
+    # against the QDQ model, run's verdict is compile's int8 check, on its own inputs too
+    assert doc["int8"]["failed"] == [] and doc["ok"]
+    assert (mode == "none") == (doc["int8"]["tensors"] == {})
+    feeds = tmp_path / "x.npz"
+    np.savez(feeds, image=np.random.default_rng(5).standard_normal((1, 3, 32, 32)).astype(np.float32))
+    assert main(["run", str(pkg), "--json", "--runs", "1", "--model", str(qdq), "--inputs",
+                 str(feeds)]) == 0
+    assert json.loads(capsys.readouterr().out)["int8"]["failed"] == []
 
 
 def test_placement_reason_of_quantized_nodes(sample_qdq):
