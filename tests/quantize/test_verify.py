@@ -128,3 +128,16 @@ def test_placement_reason_of_quantized_nodes(sample_qdq):
     assert len(rows) == 3
     for p in rows:
         assert "data-movement" not in p.reason and "int8" in p.reason, p.reason
+
+
+def test_onnxruntime_qdq_model_compiles_and_is_checked_in_steps(tmp_path, convnet, convnet_calib):
+    """A QDQ model made by ONNX Runtime's own quantize_static compiles to int8 kernels and is
+    checked node by node against ONNX Runtime on it."""
+    from edgeops.pipeline.compile import compile_model
+    from edgeops.quantize.peer import ort_quantize
+    from edgeops.quantize.qdq import prepare
+    peer = ort_quantize(prepare(convnet), convnet_calib, "minmax", activation_type="uint8")
+    doc = compile_model(peer, "host", tmp_path / "pkg", mode="all", plan=False)
+    fused = {p["node"] for p in doc["placement"] if p["op"].startswith("ai.edgeops::Q")}
+    assert fused == {"c1", "c2", "c3", "fc"}
+    assert doc["verified"]["ok"] and {r["node"] for r in doc["verified"]["int8"]["tensors"].values()} >= fused
