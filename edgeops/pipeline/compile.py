@@ -32,7 +32,7 @@ def compile_model(model, board, out, *, mode: str = "auto", shapes=None, targets
     from edgeops.lower import lower
     from edgeops.ort import KernelRuntimeError, use_wait_policy
     from edgeops.pipeline.models import resolve
-    from edgeops.pipeline.quantize import check_int8, is_quantized
+    from edgeops.pipeline.quantize import is_quantized
     src, name = resolve(model)
     if quantization is not None:
         name = f"{quantization['source']['name']} (int8 QDQ)"
@@ -46,8 +46,10 @@ def compile_model(model, board, out, *, mode: str = "auto", shapes=None, targets
         doc = {"model": name, "package": str(out), **lw.to_dict()}
         if show is not None:
             show(doc)
-        # a QDQ model is checked node by node in quantization steps, not to the fp32 tolerance
-        check = functools.partial(check_int8, threads=threads) if is_quantized(lw.source) else None
+        # a QDQ model is checked node by node in quantization steps, not to the fp32 tolerance;
+        # a node off by more is repaired like a kernel that failed (but the last attempt)
+        check = functools.partial(_int8_check, threads=threads, repair=attempt < MAX_REPAIRS) \
+            if is_quantized(lw.source) else None
         try:
             pkg = package.write(lw, out, force=force, seed=seed, verify=verify, threads=threads,
                                 source=name, omp_wait=omp_wait, check=check,
@@ -66,4 +68,20 @@ def compile_model(model, board, out, *, mode: str = "auto", shapes=None, targets
     doc["verified"] = pkg.manifest["verified"]
     doc["tolerance"] = pkg.manifest["reference"]["tolerance"]
     doc["files"] = pkg.manifest["files"]
+    return doc
+
+
+def _int8_check(lowering, feeds, errors, *, threads, repair: bool) -> dict:
+    """:func:`edgeops.pipeline.quantize.check_int8`; with ``repair``, nodes off ONNX Runtime
+    on the QDQ model by more than their quantization steps allow raise as failed kernels."""
+    from edgeops.ort import KernelRuntimeError
+    from edgeops.pipeline.quantize import check_int8
+    doc = check_int8(lowering, feeds, errors, threads=threads)
+    bad = doc["int8"]["failed"]
+    if repair and bad:
+        rows = doc["int8"]["tensors"].values()
+        raise KernelRuntimeError(
+            f"int8 check failed at {', '.join(bad)}",
+            {n: f"{max(r['max_steps'] for r in rows if r['node'] == n):.1f} quantization steps "
+                f"off ONNX Runtime on the QDQ model" for n in bad})
     return doc

@@ -141,3 +141,29 @@ def test_onnxruntime_qdq_model_compiles_and_is_checked_in_steps(tmp_path, convne
     fused = {p["node"] for p in doc["placement"] if p["op"].startswith("ai.edgeops::Q")}
     assert fused == {"c1", "c2", "c3", "fc"}
     assert doc["verified"]["ok"] and {r["node"] for r in doc["verified"]["int8"]["tensors"].values()} >= fused
+
+
+def test_a_node_off_by_steps_is_moved_to_onnx_runtime(tmp_path, sample_qdq, capsys):
+    """compile repairs an int8 kernel that fails the check as it does a kernel that raises."""
+    from edgeops.ops import get_op
+    from edgeops.registry import register_kernel, unregister_kernel
+
+    @register_kernel("ai.edgeops::QMatMul", "reference", name="test.qmatmul_off", priority=99)
+    def off(inputs, attrs):
+        return [get_op("QMatMul", "ai.edgeops").run(inputs, attrs)[0] * 1.05]
+    qdq = tmp_path / "q.onnx"
+    onnx.save(sample_qdq, qdq)
+    try:
+        rc = main(["compile", str(qdq), "--board", "host", "-o", str(tmp_path / "p"), "--lower",
+                   "all", "--targets", "reference", "--no-tune", "--json"])
+    finally:
+        unregister_kernel("test.qmatmul_off")
+    doc = json.loads(capsys.readouterr().out)
+    assert rc == 0 and doc["verified"]["ok"]
+    moved = {n for n, why in doc["repaired"].items() if "quantization steps off" in why}
+    assert moved == set(doc["repaired"]) == {"block1.proj", "block2.proj", "mlp.gate", "mlp.up",
+                                             "mlp.down", "logits"}      # the QMatMuls, only
+    assert {r["node"] for r in doc["placement"] if r["op"] == "ai.edgeops::QConvBnAct"} == {
+        "stem.conv", "down1.conv", "down2.conv"}
+    rows = {r["node"]: r for r in doc["placement"]}
+    assert all(rows[n]["where"] == "ONNX Runtime" for n in moved)
