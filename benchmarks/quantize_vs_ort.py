@@ -9,6 +9,14 @@ ratios to float. "+outputs" is edgeops with --quantize-outputs (Q/DQ on the Conv
 outputs as well, the full QDQ units ORT turns into int8 kernels; ORT's quantizer does that).
 
     python benchmarks/quantize_vs_ort.py [--light squeezenet] [--calib 8] [--json]
+
+``--speed``: instead, the wall time of ``quantize_model`` (calibration, bias correction and
+analysis, ``--quantize-outputs`` too with ``--outputs``) against ``quantize_static`` on the same
+model (a zoo model, default ResNet-18 at 224) and calibration batches, interleaved over
+``--reps`` rounds in rotating order; medians, their ratio, and the A/A spread of two ORT runs
+per round (what the noise alone gives).
+
+    python benchmarks/quantize_vs_ort.py --speed [--zoo resnet18] [--calib 8] [--reps 5]
 """
 from __future__ import annotations
 
@@ -130,13 +138,57 @@ def _lat(x):
     return f"{x * 1e3:8.3f} ms" if isinstance(x, float) else x
 
 
+def speed(zoo: str, n: int, reps: int, outputs: bool) -> dict:
+    from edgeops import modelzoo
+    name, spelling, size = modelzoo.parse(zoo)
+    m = prepare(modelzoo.build(name, spelling, size=size))
+    (inp, shape, _), = model_inputs(m)
+    calib = [{inp: x} for x in natural_images(tuple(shape), n, 0)]
+    runs = {"edgeops": lambda: quantize_model(m, calib, quantize_outputs=outputs),
+            "ort": lambda: ort_quantize(m, calib, "minmax"),
+            "ort_again": lambda: ort_quantize(m, calib, "minmax")}
+    runs["edgeops"]()      # warm-up: imports, first sessions
+    times = {k: [] for k in runs}
+    order = list(runs)
+    for r in range(reps):
+        for k in order[r % 3:] + order[:r % 3]:
+            t = time.perf_counter()
+            runs[k]()
+            times[k].append(time.perf_counter() - t)
+    med = {k: float(np.median(v)) for k, v in times.items()}
+    per = [e / o for e, o in zip(times["edgeops"], times["ort"])]
+    aa = [b / a for a, b in zip(times["ort"], times["ort_again"])]
+    return {"model": zoo, "calibration_batches": n, "reps": reps, "quantize_outputs": outputs,
+            "seconds": times, "median_s": med, "ratio_of_medians": med["edgeops"] / med["ort"],
+            "ratio_per_round": {"min": min(per), "median": float(np.median(per)), "max": max(per)},
+            "aa_ort_over_ort": {"min": min(aa), "median": float(np.median(aa)), "max": max(aa)},
+            "ort_version": ort.__version__}
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--speed", action="store_true", help="time quantize_model vs quantize_static")
+    ap.add_argument("--zoo", default="resnet18", help="with --speed: the zoo model (modelzoo spec)")
+    ap.add_argument("--reps", type=int, default=5, help="with --speed: interleaved rounds")
+    ap.add_argument("--outputs", action="store_true", help="with --speed: --quantize-outputs")
     ap.add_argument("--light", default="squeezenet", help="light_* models, comma-separated "
                     "(default squeezenet; 'none' for none)")
     ap.add_argument("--calib", type=int, default=8, help="calibration batches (held-out: as many)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args(argv)
+    if a.speed:
+        doc = speed(a.zoo, a.calib, a.reps, a.outputs)
+        if a.json:
+            json.dump(doc, sys.stdout, indent=2)
+            print()
+        else:
+            md, r, aa = doc["median_s"], doc["ratio_per_round"], doc["aa_ort_over_ort"]
+            print(f"{a.zoo}, {a.calib} calibration batches, {a.reps} interleaved rounds"
+                  f"{', --quantize-outputs' if a.outputs else ''}: edgeops {md['edgeops']:.2f} s, "
+                  f"ORT quantize_static {md['ort']:.2f} s (medians); edgeops / ORT "
+                  f"{doc['ratio_of_medians']:.2f} (per round {r['min']:.2f}-{r['max']:.2f}); "
+                  f"A/A ORT / ORT {aa['median']:.2f} ({aa['min']:.2f}-{aa['max']:.2f})")
+        return 0
     threads_all = os.cpu_count() or 1
     from edgeops.sample import INPUT_SHAPE, build_sample_model
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "quantize"))

@@ -214,14 +214,18 @@ def timed_runs(sess, feeds: dict, runs: int = 5) -> tuple[dict, list[float]]:
 
 def write(lowering, out, *, force: bool = False, seed: int = 0, verify: bool = True,
           threads: int | None = None, source: str | None = None,
-          omp_wait: str | None = None) -> Package:
+          omp_wait: str | None = None, check=None, extra: dict | None = None) -> Package:
     """Write the package of ``lowering`` (an ``edgeops.lower.Lowering``) to directory ``out``.
 
     Reference outputs come from ONNX Runtime on the original model with seeded random inputs.
     ``verify``: also run the lowered model here and record its error (a kernel that fails
     raises before anything is written). ``force``: replace an existing package (never a
     directory that is not one). ``omp_wait``: the OpenMP wait policy to name in the manifest
-    (default: this process's, which measured the lowering; edgeops.ort.wait_policy)."""
+    (default: this process's, which measured the lowering; edgeops.ort.wait_policy).
+    ``check(lowering, feeds, errors) -> dict``: judges the run instead of the fp32 tolerance (a
+    QDQ source: :func:`edgeops.pipeline.quantize.check_int8`); its ``ok`` and details go into
+    ``verified``, its ``tolerance`` ({rel, why}) into the manifest. ``extra``: more manifest
+    sections (a quantized package's ``quantization``)."""
     from edgeops import __version__
     from edgeops.ort import wait_policy
     out = Path(out)
@@ -232,6 +236,7 @@ def write(lowering, out, *, force: bool = False, seed: int = 0, verify: bool = T
     expected = ort_outputs(src, feeds)
     fp16 = any(p.precision == "fp16" for p in lowering.lowered)
     rtol = FP16_RTOL if fp16 else FP32_RTOL
+    tol = {"rel": rtol, "why": "fp16 Cube kernels" if fp16 else "fp32 kernels"}
     verified = None
     if verify:
         from edgeops.ort import session
@@ -240,9 +245,12 @@ def write(lowering, out, *, force: bool = False, seed: int = 0, verify: bool = T
         errs = compare(dict(zip(names, got)), expected)
         worst = max((e["max_rel"] for e in errs.values()), default=0.0)
         verified = {"outputs": errs, "max_rel": worst, "ok": worst <= rtol}
+        if check is not None:
+            verified.update(check(lowering, feeds, errs))
+            tol = verified.pop("tolerance", tol)
     blobs = {MODEL: _serialise(model), REFERENCE: _npz(feeds, expected)}
-    doc = _manifest(lowering, feeds, expected, blobs, seed, rtol, verified, threads, source,
-                    __version__, omp_wait or wait_policy())
+    doc = _manifest(lowering, feeds, expected, blobs, seed, tol, verified, threads, source,
+                    __version__, omp_wait or wait_policy()) | json.loads(json.dumps(extra or {}))
     _install(out, blobs, doc)
     return load(out, check_kernels=False)
 
@@ -303,7 +311,7 @@ def _io(model) -> tuple[list, list]:
             [spec(o) for o in model.graph.output])
 
 
-def _manifest(lowering, feeds, expected, blobs, seed, rtol, verified, threads, source, version,
+def _manifest(lowering, feeds, expected, blobs, seed, tol, verified, threads, source, version,
               omp_wait):
     import onnxruntime
     lw = lowering.to_dict()
@@ -336,9 +344,9 @@ def _manifest(lowering, feeds, expected, blobs, seed, rtol, verified, threads, s
                       "computed_by": f"onnxruntime {onnxruntime.__version__} on the original model",
                       "inputs": {f"input_{i}": n for i, n in enumerate(feeds)},
                       "outputs": {f"output_{i}": n for i, n in enumerate(expected)},
-                      "tolerance": {"rel": rtol, "of": "max |error| / max |reference| per output",
-                                    "why": "fp16 Cube kernels" if rtol == FP16_RTOL
-                                    else "fp32 kernels"}},
+                      "tolerance": {"rel": tol["rel"],
+                                    "of": "max |error| / max |reference| per output",
+                                    "why": tol["why"]}},
         "verified": verified,
         "files": {name: {"sha256": hashlib.sha256(b).hexdigest(), "bytes": len(b)}
                   for name, b in sorted(blobs.items())},

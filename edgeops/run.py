@@ -5,7 +5,9 @@ Golden answers: the package's reference outputs (ONNX Runtime on the original mo
 time) for its reference inputs; ONNX Runtime on ``model`` for other inputs (or always, when
 given). ``layers`` compares every intermediate tensor the package shares with the golden graph
 (``model`` under ONNX Runtime, else the package itself on the numpy reference kernels), to find
-the layer where the error appears.
+the layer where the error appears. With ``model`` a QDQ model (what ``compile --quantize``
+compiled), the verdict is compile's int8 check: every edgeops node against ONNX Runtime on that
+model, fed the same inputs, within its quantization steps.
 """
 from __future__ import annotations
 
@@ -47,10 +49,20 @@ def run_package(pkg, *, inputs=None, model=None, layers: bool = False, runs: int
     fallbacks = fallback_counts()
     errs = package.compare(outs, golden) if golden is not None else {}
     worst = max((e["max_rel"] for e in errs.values()), default=None)
+    int8 = None
+    from edgeops.pipeline.quantize import check_int8, is_quantized
+    if golden_model is not None and is_quantized(golden_model):
+        # a QDQ golden: node by node in quantization steps, as compile checks it (end to end,
+        # flipped roundings compound past any fixed tolerance on inputs other than compile's)
+        import types
+        int8 = check_int8(types.SimpleNamespace(model=p.model(), source=golden_model), feeds,
+                          threads=threads)["int8"]
     doc = {"package": str(p.path), "board": p.manifest["board"]["name"], "inputs": source,
            "golden": gname, "tolerance": p.tolerance, "outputs": {
                n: {"shape": list(np.shape(v)), **errs.get(n, {})} for n, v in outs.items()},
-           "max_rel": worst, "ok": None if worst is None else bool(worst <= p.tolerance),
+           "max_rel": worst, "ok": None if worst is None else (
+               not int8["failed"] if int8 is not None else bool(worst <= p.tolerance)),
+           "int8": int8,
            "latency_s": {"median": float(np.median(times)), "min": float(min(times)),
                          "runs": len(times)},
            "predicted_latency_s": p.manifest["predicted"]["latency_s"],
@@ -118,12 +130,15 @@ def layer_errors(p, feeds: dict, golden_model=None) -> list[dict]:
 
 
 def _float_tensors(m) -> dict:
-    """{tensor: producing node} for node outputs whose type says float32."""
+    """{tensor: producing node} for node outputs whose type says float32, leaving out those
+    computed from constants alone (a weight's DequantizeLinear; no layer's output)."""
+    from edgeops.pipeline.quantize import constant_tensors
     vi = {v.name: v for v in [*m.graph.value_info, *m.graph.output]}
+    const = constant_tensors(m)
     out = {}
     for node in m.graph.node:
         for o in node.output:
-            if o in vi and vi[o].type.tensor_type.elem_type == onnx_float():
+            if o not in const and o in vi and vi[o].type.tensor_type.elem_type == onnx_float():
                 out[o] = node
     return out
 

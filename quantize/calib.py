@@ -48,10 +48,12 @@ class ListReader:
         return len(self.batches)
 
 
-def npz_reader(path, input_names: list[str]) -> ListReader:
-    """An ``.npz``: keys are input names, each array's first axis indexes calibration batches
-    (a key whose array already has the model's rank is one batch of that size). A single-input
-    model also accepts an npz whose only key is another name (``arr_0`` from ``np.savez``)."""
+def npz_reader(path, input_names: list[str], shapes: dict | None = None) -> ListReader:
+    """An ``.npz``: keys are input names (a single-input model also takes an npz whose only key
+    is another name, ``arr_0`` from ``np.savez``). An array with one axis more than the model's
+    input holds whole batches along its first axis; one of the input's rank holds samples,
+    grouped into batches of the input's static batch size (``shapes``: {input: shape}; 1 when
+    the batch is dynamic or not given)."""
     try:
         z = np.load(os.fspath(path))
     except (OSError, ValueError) as e:
@@ -61,16 +63,28 @@ def npz_reader(path, input_names: list[str]) -> ListReader:
         arrays = {input_names[0]: z[keys[0]]}
     else:
         arrays = {k: z[k] for k in keys}
-    return ListReader(_split(arrays))
+    return ListReader(_split(arrays, shapes or {}, os.fspath(path)))
 
 
-def _split(arrays: dict[str, np.ndarray]) -> list[dict]:
-    n = {k: len(v) for k, v in arrays.items()}
+def _split(arrays: dict[str, np.ndarray], shapes: dict, where: str) -> list[dict]:
+    per = {}
+    for k, v in arrays.items():
+        shape = shapes.get(k)
+        if shape is not None and v.ndim == len(shape) + 1:     # already batches
+            per[k] = list(v)
+            continue
+        b = shape[0] if shape and isinstance(shape[0], int) and shape[0] > 0 else 1
+        if len(v) % b:
+            raise CalibrationError(f"{where}: {k!r} holds {len(v)} samples, which do not fill "
+                                   f"batches of {b} (the model's static batch); give a multiple "
+                                   f"of {b}, or an array of whole batches ({len(v) // b or 1}x"
+                                   f"{'x'.join(map(str, shape))})")
+        per[k] = [v[i:i + b] for i in range(0, len(v), b)]
+    n = {k: len(v) for k, v in per.items()}
     if len(set(n.values())) > 1:
-        raise CalibrationError(f"calibration arrays disagree on the number of samples: {n}")
+        raise CalibrationError(f"calibration arrays disagree on the number of batches: {n}")
     count = next(iter(n.values()), 0)
-    # one sample per batch, keeping a batch axis of 1
-    return [{k: v[i:i + 1] for k, v in arrays.items()} for i in range(count)]
+    return [{k: v[i] for k, v in per.items()} for i in range(count)]
 
 
 def npy_folder_reader(folder, input_names: list[str]) -> ListReader:
@@ -95,35 +109,65 @@ def npy_folder_reader(folder, input_names: list[str]) -> ListReader:
     return ListReader({k: np.load(per[k][i]) for k in input_names} for i in range(n))
 
 
+RESIZE = ("stretch", "crop")
+
+
 def image_reader(paths, input_name: str, input_shape, *, mean=(0.0, 0.0, 0.0), std=(1.0, 1.0, 1.0),
-                 layout: str = "NCHW", scale: float = 1 / 255.0) -> ListReader:
-    """Images resized to the model input, ``(pixel * scale - mean) / std``, one per batch."""
+                 layout: str = "NCHW", scale: float = 1 / 255.0, resize: str = "stretch") -> ListReader:
+    """Images as the model's input: resized (``stretch``: to the input's height x width;
+    ``crop``: the shorter side to the input's, then the centre cut out), ``(pixel * scale -
+    mean) / std`` per channel, in ``layout``, grouped into batches of the input's static batch
+    size (images beyond the last full batch are left out, with a warning). Needs Pillow
+    (``pip install 'edgeops[images]'``)."""
     try:
         from PIL import Image
     except ImportError:
-        raise CalibrationError("reading images needs Pillow: pip install pillow (or give the "
-                               "calibration data as .npz / a folder of .npy)") from None
+        raise CalibrationError("reading images needs Pillow: pip install 'edgeops[images]' (or "
+                               "give the calibration data as .npz / a folder of .npy)") from None
     layout = layout.upper()
     if layout not in ("NCHW", "NHWC"):
         raise CalibrationError(f"layout must be NCHW or NHWC, not {layout!r}")
+    if resize not in RESIZE:
+        raise CalibrationError(f"resize must be one of {', '.join(RESIZE)}, not {resize!r}")
     if input_shape is None or len(input_shape) != 4 or not all(isinstance(d, int) for d in input_shape[1:]):
         raise CalibrationError(f"input {input_name!r} needs a static 4-D shape to read images into, "
                                f"has {input_shape}")
     h, w, c = (input_shape[2], input_shape[3], input_shape[1]) if layout == "NCHW" else \
         (input_shape[1], input_shape[2], input_shape[3])
+    if c not in (1, 3):
+        raise CalibrationError(f"input {input_name!r} has {c} channels in {layout}; images give 1 "
+                               f"or 3 (is --layout right?)")
     mean = np.asarray(mean, np.float32).reshape(-1)
     std = np.asarray(std, np.float32).reshape(-1)
-    batches = []
+    for name, v in (("mean", mean), ("std", std)):
+        if v.size not in (1, c):
+            raise CalibrationError(f"{name} has {v.size} values; input {input_name!r} has {c} "
+                                   f"channels: give 1 or {c}")
+    if (std == 0).any():
+        raise CalibrationError("std must not be 0")
+    b = input_shape[0] if isinstance(input_shape[0], int) and input_shape[0] > 0 else 1
+    samples = []
     for p in paths:
         try:
-            im = Image.open(p).convert("L" if c == 1 else "RGB").resize((w, h))
+            im = Image.open(p).convert("L" if c == 1 else "RGB")
+            if resize == "crop":
+                k = max(h / im.height, w / im.width)
+                im = im.resize((max(w, round(im.width * k)), max(h, round(im.height * k))),
+                               Image.BILINEAR)
+                left, top = (im.width - w) // 2, (im.height - h) // 2
+                im = im.crop((left, top, left + w, top + h))
+            else:
+                im = im.resize((w, h), Image.BILINEAR)
         except OSError as e:
             raise CalibrationError(f"cannot read image {os.fspath(p)!r}: {e}") from None
         a = np.asarray(im, np.float32).reshape(h, w, c) * scale
-        a = (a - mean[:c] if mean.size > 1 else a - mean) / (std[:c] if std.size > 1 else std)
-        a = a.transpose(2, 0, 1) if layout == "NCHW" else a
-        batches.append({input_name: a[None].astype(np.float32)})
-    return ListReader(batches)
+        a = (a - mean) / std
+        samples.append(a.transpose(2, 0, 1) if layout == "NCHW" else a)
+    if len(samples) % b:
+        warnings.warn(f"{len(samples) % b} image(s) left out: they do not fill a batch of {b} "
+                      f"(the model's static batch)", EdgeOpsWarning, stacklevel=2)
+    return ListReader({input_name: np.stack(samples[i:i + b]).astype(np.float32)}
+                      for i in range(0, len(samples) - b + 1, b))
 
 
 def random_reader(inputs: list[tuple[str, tuple, np.dtype]], count: int = 8, seed: int = 0) -> ListReader:
@@ -136,7 +180,7 @@ def random_reader(inputs: list[tuple[str, tuple, np.dtype]], count: int = 8, see
 
 
 def open_reader(data, inputs: list[tuple[str, tuple, np.dtype]], *, mean=(0.0,), std=(1.0,),
-                layout="NCHW", count: int = 8):
+                layout="NCHW", resize: str = "stretch", count: int = 8):
     """A reader from what the user named: a reader object, a list of batches, ``"random"``,
     ``random:N``, an ``.npz``, a folder of ``.npy`` or of images, or a list of image paths."""
     names = [n for n, _, _ in inputs]
@@ -147,21 +191,24 @@ def open_reader(data, inputs: list[tuple[str, tuple, np.dtype]], *, mean=(0.0,),
     if isinstance(data, str) and (data == "random" or data.startswith("random:")):
         return random_reader(inputs, int(data.split(":", 1)[1]) if ":" in data else count)
     if isinstance(data, (list, tuple)):
-        return image_reader(list(data), names[0], inputs[0][1], mean=mean, std=std, layout=layout)
+        return image_reader(list(data), names[0], inputs[0][1], mean=mean, std=std, layout=layout,
+                            resize=resize)
     p = Path(data)
     if not p.exists():
         raise CalibrationError(f"calibration data {os.fspath(p)!r} does not exist (give an .npz, a "
                                f"folder of .npy files or images, or 'random' to calibrate on noise)")
     if p.is_file() and p.suffix == ".npz":
-        return npz_reader(p, names)
+        return npz_reader(p, names, {n: s for n, s, _ in inputs})
     if p.is_file() and p.suffix.lower() in IMAGE_EXTS:
-        return image_reader([p], names[0], inputs[0][1], mean=mean, std=std, layout=layout)
+        return image_reader([p], names[0], inputs[0][1], mean=mean, std=std, layout=layout,
+                            resize=resize)
     if p.is_dir():
         if list(p.glob("*.npy")) or any((p / n).is_dir() for n in names):
             return npy_folder_reader(p, names)
         imgs = sorted(f for f in p.iterdir() if f.suffix.lower() in IMAGE_EXTS)
         if imgs:
-            return image_reader(imgs, names[0], inputs[0][1], mean=mean, std=std, layout=layout)
+            return image_reader(imgs, names[0], inputs[0][1], mean=mean, std=std, layout=layout,
+                            resize=resize)
         raise CalibrationError(f"no .npy files or images in {os.fspath(p)!r}")
     raise CalibrationError(f"cannot use {os.fspath(p)!r} as calibration data (expected .npz, a "
                            f"folder of .npy files or images)")

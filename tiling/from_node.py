@@ -109,5 +109,8 @@ def _space(node, op, shapes, outs, dt) -> Space | str:
         od = node.opdef
         ops = int(round(getattr(od, "flops_per_element", 1) if od else 1))
         return make_space("eltwise", numel=n, inputs=ins, ops=ops, dtype=dt)
+    if op in ("QConvBnAct", "QMatMul"):     # not a layout op: say what is missing
+        return (f"{op}: int8 {'convolution' if op == 'QConvBnAct' else 'matmul'} has no "
+                f"iteration space in edgeops.tiling yet, so no prediction on this board")
     return (f"{op} has no iteration space in edgeops.tiling (a layout or data-movement op; it is "
             f"folded or stays in ONNX Runtime)")

@@ -8,7 +8,9 @@ the reference outputs are computed by ONNX Runtime on the original model and, un
 ``--no-verify``, the lowered model is run here once and its error recorded in the manifest. A
 kernel that fails that run has its node moved to ONNX Runtime and the model is compiled again
 (the reason is in the placement table), so a target's bug costs speed, not a broken package.
-Exit status 1 when the check runs but the package is above its tolerance.
+Exit status 1 when the check runs but the package is above its tolerance (a quantized model:
+when an edgeops node is off ONNX Runtime on the QDQ model by more than its quantization steps
+allow, :func:`edgeops.pipeline.quantize.check_int8`).
 :func:`edgeops.pipeline.compile.compile_model` is the same in Python.
 """
 from __future__ import annotations
@@ -60,19 +62,21 @@ def run(args) -> int:
     if args.sign:       # a bad key fails before the work
         from edgeops.deploy.signing import load_private_key, sign
         key = load_private_key(args.sign)
-    model, qrep = args.model, None
+    model, qrep, qdoc = args.model, None, None
     if args.quantize:
-        from edgeops.pipeline.quantize import quantize_for_compile
+        from edgeops.pipeline.quantize import manifest_section, quantize_for_compile
         model, qrep = quantize_for_compile(args.model, args.quantize, method=args.method)
+        qdoc = manifest_section(qrep)
     from edgeops.pipeline.compile import compile_model
     doc = compile_model(model, args.board, args.out, mode=args.lower,
                         shapes=";".join(args.shapes) if args.shapes else None,
                         targets=args.targets.split(",") if args.targets else None,
                         force=args.force, verify=not args.no_verify, seed=args.seed,
                         threads=args.threads, plan=not args.no_tune, show=show,
-                        say=None if args.json else _say, omp_wait=args.omp_wait)
+                        say=None if args.json else _say, omp_wait=args.omp_wait,
+                        quantization=qdoc)
     if qrep is not None:
-        doc["quantization"] = {"method": qrep["method"], "end_to_end": qrep["end_to_end"]}
+        doc["quantization"] = {**qdoc, "end_to_end": qrep["end_to_end"]}
     if key is not None:
         doc["signature"] = sign(args.out, key)
     if args.json:
@@ -120,8 +124,24 @@ def print_written(doc: dict) -> None:
     v = doc.get("verified")
     if v is None:
         check = "not run here (--no-verify)"
+    elif "int8" in v:
+        state = "[green]ok[/green]" if v["ok"] else \
+            f"[red]FAILED[/red] at {', '.join(v['int8']['failed'])}"
+        worst = max((r["max_steps"] for r in v["int8"]["tensors"].values()), default=None)
+        nodes = ("no edgeops node to check (ONNX Runtime runs the QDQ model)" if worst is None
+                 else f"every edgeops node within {worst:.2f} quantization steps of ONNX Runtime "
+                      f"on the QDQ model (allowed: 1 on 99.9%, 2 on all)")
+        check = f"{nodes}: {state}; end to end max relative error {v['max_rel']:.2e}"
     else:
         state = "[green]ok[/green]" if v["ok"] else "[red]ABOVE TOLERANCE[/red]"
         check = (f"max relative error {v['max_rel']:.2e} vs ONNX Runtime on the original "
                  f"(tolerance {doc['tolerance']['rel']:.0e}): {state}")
     c.print(f"package written to [bold]{doc['package']}[/bold]; check: {check}")
+    q = doc.get("quantization")
+    if q:       # accuracy, not a verdict: int8 is meant to differ from float
+        from edgeops.quantize.analysis import fmt_db
+        a = q["accuracy"]
+        top1 = "" if a["top1_agreement"] is None else \
+            f", top-1 agreement {a['top1_agreement']:.1%}"
+        c.print(f"accuracy of int8 ({q['method']}) vs the float model {q['source']['name']} on "
+                f"{a['on']}: SQNR {fmt_db(a['sqnr_db'])} dB, cosine {a['cosine']:.5f}{top1}")

@@ -5,7 +5,7 @@
 with per-layer accuracy analysis and, given ``--target-sqnr``, automatic mixed precision.
 
 ``--calib`` takes an ``.npz``, a folder of ``.npy`` files or images, or ``random[:N]`` (noise:
-accuracy figures are then meaningless). :func:`edgeops.quantize.quantize_model` is the same.
+accuracy figures are then meaningless); the formats are in docs/calibration.md. :func:`edgeops.quantize.quantize_model` is the same.
 """
 from __future__ import annotations
 
@@ -48,9 +48,12 @@ def add(sub):
     p.add_argument("--mean", default="0", help="image mean per channel, comma-separated")
     p.add_argument("--std", default="1", help="image std per channel, comma-separated")
     p.add_argument("--layout", default="NCHW", choices=["NCHW", "NHWC"], help="image layout")
+    p.add_argument("--resize", default="stretch", choices=["stretch", "crop"],
+                   help="images to the input's size: stretch, or shorter side then centre crop")
     p.add_argument("--report", metavar="FILE.json", help="write the full report")
     p.add_argument("--plot", metavar="PNG", help="per-layer SQNR bars")
-    p.add_argument("--board", help="cost mixed precision in predicted latency on this board")
+    p.add_argument("--board", help="cost the float, int8 and mixed-precision models in compile's "
+                   "predicted latency on this board")
     p.add_argument("--force", action="store_true", help="overwrite OUT / report / plot")
     p.add_argument("--json", action="store_true", help="one JSON document on stdout")
     p.set_defaults(func=run)
@@ -106,7 +109,7 @@ def quantize_cli(args, progress):
                           target_sqnr=args.target_sqnr,
                           eval_data=args.eval, latency_cost=cost, progress=progress,
                           mean=_floats(args.mean, "--mean"), std=_floats(args.std, "--std"),
-                          layout=args.layout)
+                          layout=args.layout, resize=args.resize)
 
 
 def _write_model(model, path):
@@ -143,7 +146,9 @@ def print_report(r: dict) -> None:
         t.add_row(row["node"], row["op"], fmt_db(row["isolated_sqnr_db"]),
                   fmt_db(row["cumulative_sqnr_db"]), f"{row['cosine']:.5f}")
     c.print(t)
-    c.print(f"end-to-end: SQNR {fmt_db(e['sqnr_db'])} dB, cosine {e['cosine']:.5f}")
+    top1 = "" if e.get("top1_agreement") is None else \
+        f", top-1 agreement {e['top1_agreement']:.1%}"
+    c.print(f"end-to-end: SQNR {fmt_db(e['sqnr_db'])} dB, cosine {e['cosine']:.5f}{top1}")
     mp = r.get("mixed_precision")
     if mp:
         kept = ", ".join(mp["kept_float"]) or "none"
@@ -152,9 +157,10 @@ def print_report(r: dict) -> None:
                 f"kept in float: {kept}")
     lat = r.get("latency")
     if lat:
-        c.print(f"predicted latency on {lat['board']} (simulator, naive tilings) of the quantized "
-                f"nodes: all int8 {lat['quantized_nodes_int8_s'] * 1e3:.3f} ms, as written "
-                f"{lat['mixed_s'] * 1e3:.3f} ms (cost {lat['cost_s'] * 1e3:+.3f} ms)")
-        for n, why in lat["unavailable"].items():
-            c.print(f"  {n}: no int8/float prediction ({why})")
+        c.print(f"predicted latency on {lat['board']} (compile's predictor): float "
+                f"{lat['float_s'] * 1e3:.3f} ms, all int8 {lat['int8_s'] * 1e3:.3f} ms, as written "
+                f"{lat['written_s'] * 1e3:.3f} ms (float layers cost {lat['cost_s'] * 1e3:+.3f} ms)")
+        for which, nodes in lat["unmodelled"].items():
+            if nodes:
+                c.print(f"  {which}: {len(nodes)} node(s) not modelled (not in the figure)")
     c.print(f"wrote {r['out']}")

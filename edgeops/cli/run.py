@@ -75,6 +75,12 @@ def print_report(doc: dict) -> None:
     lat = doc["latency_s"]
     verdict = {None: "not compared", True: "[green]ok[/green]",
                False: "[red]ABOVE TOLERANCE[/red]"}[doc["ok"]]
+    if doc.get("int8") is not None:
+        failed = doc["int8"]["failed"]
+        c.print(f"int8 check, {escape(doc['int8']['criterion'])}: "
+                + ("[green]ok[/green]" if not failed else
+                   f"[red]FAILED[/red] at {escape(', '.join(failed))}"))
+        verdict = verdict.replace("ABOVE TOLERANCE", "FAILED (int8 check)")
     c.print(f"latency here: median {fmt_s(lat['median'])} over {lat['runs']} runs (predicted on "
             f"{doc['board']}: {fmt_s(doc['predicted_latency_s'])}); accuracy: {verdict} "
             f"(tolerance {doc['tolerance']:.0e} relative)")

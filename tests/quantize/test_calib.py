@@ -82,3 +82,56 @@ def test_bad_calibration_refused_by_quantize_model(convnet, tmp_path):
         quantize_model(convnet, [{"x": np.zeros((1, 3, 8, 8), np.float32)}])
     with pytest.raises(CalibrationError, match="does not exist"):
         quantize_model(convnet, str(tmp_path / "nope.npz"))
+
+
+SEQ = [("x", (2, 5, 7), np.dtype(np.float32))]     # a static batch of 2
+
+
+def test_npz_any_static_batch(tmp_path):
+    """Samples are grouped into the model's batch; whole batches are taken as they are."""
+    a = np.random.default_rng(2).standard_normal((6, 5, 7)).astype(np.float32)
+    np.savez(tmp_path / "s.npz", x=a)
+    bs = validated_batches(open_reader(str(tmp_path / "s.npz"), SEQ), SEQ)
+    assert len(bs) == 3
+    for i, b in enumerate(bs):
+        np.testing.assert_array_equal(b["x"], a[2 * i:2 * i + 2])
+    np.savez(tmp_path / "b.npz", x=a.reshape(3, 2, 5, 7))
+    bs2 = validated_batches(open_reader(str(tmp_path / "b.npz"), SEQ), SEQ)
+    assert all(np.array_equal(p["x"], q["x"]) for p, q in zip(bs, bs2, strict=True))
+    np.savez(tmp_path / "odd.npz", x=a[:5])
+    with pytest.raises(CalibrationError, match=r"5 samples.*batches of 2.*multiple of 2"):
+        open_reader(str(tmp_path / "odd.npz"), SEQ)
+
+
+def test_quantize_model_with_batch_2_from_npz(tmp_path):
+    """The issue's case: a sequence model with a static batch of 2 calibrated from an npz."""
+    from onnx import TensorProto, helper, numpy_helper
+    rng = np.random.default_rng(3)
+    w = numpy_helper.from_array(rng.standard_normal((7, 4)).astype(np.float32), "w")
+    g = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")], "seq",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 5, 7])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 5, 4])], [w])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    np.savez(tmp_path / "c.npz", x=rng.standard_normal((8, 5, 7)).astype(np.float32))
+    _, rep = quantize_model(m, str(tmp_path / "c.npz"))
+    assert rep["calibration_batches"] == 4
+
+
+def test_images_crop_and_batches(tmp_path):
+    PIL = pytest.importorskip("PIL.Image")
+    rng = np.random.default_rng(4)
+    pics = [rng.integers(0, 256, (12, 20, 3), dtype=np.uint8) for _ in range(5)]   # H 12, W 20
+    for i, px in enumerate(pics):
+        PIL.fromarray(px).save(tmp_path / f"{i}.png")
+    with pytest.warns(EdgeOpsWarning, match="1 image"):
+        r = open_reader(str(tmp_path), [("x", (2, 3, 12, 12), np.dtype(np.float32))],
+                        resize="crop", mean=(0.5,), std=(0.25,))
+    bs = validated_batches(r, [("x", (2, 3, 12, 12), np.dtype(np.float32))])
+    assert len(bs) == 2
+    # the shorter side already fits: no resampling, the centre 12 columns of 20
+    want = ((pics[3][:, 4:16] / 255.0 - 0.5) / 0.25).transpose(2, 0, 1)
+    np.testing.assert_allclose(bs[1]["x"][1], want, rtol=1e-5, atol=1e-5)
+    with pytest.raises(CalibrationError, match="mean has 2 values"):
+        image_reader([tmp_path / "0.png"], "x", (1, 3, 12, 12), mean=(0.1, 0.2))
+    with pytest.raises(CalibrationError, match="resize must be"):
+        image_reader([tmp_path / "0.png"], "x", (1, 3, 12, 12), resize="pad")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
 import onnx
 import onnxruntime as ort
 
@@ -93,3 +94,38 @@ def test_cli_no_bias_correction(tmp_path, capsys):
     y_off = run(str(off))
     np.testing.assert_array_equal(y_off, run(ref.SerializeToString()))
     assert not np.array_equal(y_off, run(str(on)))
+
+
+def test_compile_quantize_records_source_and_accuracy(tmp_path, capsys):
+    """The manifest names the float model (name, sha256) and records method, SQNR and top-1
+    agreement on the held-out calibration batches (1 in 4), as ONNX Runtime on the float and
+    QDQ models gives them."""
+    import hashlib
+
+    from edgeops import package
+    from edgeops.pipeline.quantize import quantize_for_compile
+    from edgeops.sample import SAMPLE_MODEL_NAME
+    calib = _npz(tmp_path / "c.npz", (1, 3, 32, 32), n=8)
+    rc = main(["compile", "sample", "--board", "host", "-o", str(tmp_path / "pkg"), "--quantize",
+               calib, "--lower", "all", "--no-tune"])
+    out = capsys.readouterr().out
+    assert rc == 0 and "top-1 agreement" in out and "2 held-out batch(es)" in out
+    man = package.load(tmp_path / "pkg").manifest
+    q = man["quantization"]
+    f = build_sample_model()
+    assert q["source"] == {"name": SAMPLE_MODEL_NAME, "sha256": hashlib.sha256(
+        f.SerializeToString(deterministic=True)).hexdigest()}
+    assert man["source"]["name"] == f"{SAMPLE_MODEL_NAME} (int8 QDQ)" and q["method"] == "minmax"
+    qdq, _ = quantize_for_compile("sample", calib)      # deterministic: the model compiled
+    held = np.load(calib)["image"][6:]
+
+    def top(m):     # Q/DQ as ONNX defines them (ORT's QLinear rewrite rounds otherwise)
+        so = ort.SessionOptions()
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        s = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
+        return np.array([s.run(None, {"image": x[None]})[0] for x in held])
+    yf, yq = top(f), top(qdq)
+    assert q["accuracy"]["top1_agreement"] == pytest.approx(
+        np.mean(yf.argmax(-1) == yq.argmax(-1)))
+    sqnr = 10 * np.log10((yf.astype(np.float64) ** 2).sum() / ((yf - yq.astype(np.float64)) ** 2).sum())
+    assert q["accuracy"]["sqnr_db"] == pytest.approx(sqnr, abs=0.05)
