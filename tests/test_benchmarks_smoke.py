@@ -63,6 +63,14 @@ def test_node_breakdown_quick():
         assert all(p >= 0 for p in phases[1:]) and r["kernel"] > 0 and r["ort_s"] > 0
         assert sum(phases) == pytest.approx(r["total"], rel=0.25)
         assert r["max_rel_err"] < 1e-6 and r["kernels"]
+        # the default session ran (nearly) every call from its native program, same bits
+        assert r["native_share"] > 0.9 and r["bit_identical"] and r["native_s"] > 0
+
+
+def test_session_start_quick():
+    doc = _run("session_start.py")
+    m = doc["median"]["warm"]
+    assert m["session"] > 0 and m["first_run"] > 0 and m["programs"] >= 1
 
 
 @pytest.mark.parametrize("wait", [None, "spin"])

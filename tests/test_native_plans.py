@@ -166,6 +166,13 @@ def _cases(rng):
     c["global average pool"] = ([_node("GlobalAveragePool", ["x"])], {"x": xp}, {},
                                 lambda i, w: i["x"].astype(np.float64).mean((2, 3),
                                                                             keepdims=True))
+    def silu(z):
+        return z / (1 + np.exp(-z))
+    c["swiglu"] = ([helper.make_node("SwiGLU", ["x", "w1", "w2", "b1"], ["y"], domain=EDGEOPS_DOMAIN,
+                                     name="swiglu")], {"x": f(2, 7, 40)},
+                   {"w1": f(40, 37), "w2": f(40, 37), "b1": f(37)},
+                   lambda i, w: silu(i["x"].astype(np.float64) @ w["w1"] + w["b1"])
+                   * (i["x"].astype(np.float64) @ w["w2"]))
     chain_in = f(3, 5, 64)
     c["region add relu softmax"] = ([_node("Add", ["x", "b"], "s"), _node("Relu", ["s"], "r"),
                                      _node("Softmax", ["r"], axis=-1)],
@@ -261,3 +268,21 @@ def test_counters_stay_flat_over_100k_calls_and_programs_go_with_their_session(b
     eort.session(m, "neon")      # making a kernel drains the destroyed ones (Python's side)
     gone = native.counters()
     assert gone["programs"] <= base["programs"] and gone["pool_bytes"] <= base["pool_bytes"]
+
+
+def test_a_static_session_is_prepared_while_it_is_made(bridge, rng):
+    """Every input static: the session's nodes are programs before its first run, which then
+    runs natively; a dynamic input leaves the preparing to the first call."""
+    x = rng.standard_normal((4, 9, 32)).astype(np.float32)
+    b = rng.standard_normal(32).astype(np.float32)
+    m = _model([_node("Add", ["x", "b"], "s"), _node("Relu", ["s"])], {"x": x}, {"b": b})
+    c0 = native.counters()
+    s = eort.session(m, "neon")
+    c1 = native.counters()
+    assert c1["programs"] == c0["programs"] + 1, list(native.plan_failures)[-3:]
+    np.testing.assert_array_equal(s.run(None, {"x": x})[0], np.maximum(x + b, 0))
+    c2 = native.counters()
+    assert c2["native_calls"] - c1["native_calls"] == 1 and c2["python_calls"] == c1["python_calls"]
+    m.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "n"
+    eort.session(m, "neon")
+    assert native.counters()["programs"] == c2["programs"]

@@ -439,9 +439,12 @@ def session(model_or_path, target: str = "reference", providers: Sequence[str] |
     try:
         model = prepare(model, target, fallback=fallback, threads=threads, holds=holds)
         from edgeops.ort import native
-        if native.adopt(model):     # the C bridge where it is built (edgeops.ort.native)
+        adopted = native.adopt(model)     # the C bridge where it is built (edgeops.ort.native)
+        if adopted:
             native.register(so)
         sess = session_class()(model.SerializeToString(), so, providers=providers)
+        if adopted and native.plans_wanted():   # nodes become native programs now, not in a run
+            native.prepare_programs(sess)
     except BaseException:
         release(holds)
         raise

@@ -46,6 +46,10 @@ def _failed(od, spec, inputs, exc):
     what = str(exc) if isinstance(exc, EdgeOpsError) else f"kernel raised {type(exc).__name__}: {exc}"
     record_error(f"{od.qualname()} node {node!r}: {what}", node=node, reason=what)
     try:
+        resolve(spec).fell_back = True      # no native program for it: calls keep failing here
+    except Exception:  # noqa: BLE001  (a spec that does not even parse has no program either)
+        pass
+    try:
         xs = resolve(spec).inputs(inputs)     # held constants back in place of placeholders
         shapes = od.shape(od.parse_attrs(d["attrs"]), [None if x is None else x.shape for x in xs])
     except Exception:  # noqa: BLE001  (best effort: a NaN tensor shaped like the input)

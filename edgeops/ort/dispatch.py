@@ -87,6 +87,7 @@ class _Dispatch:
         self._half: dict = {}     # position -> fp16 copy of a held array, for fp16 kernels
         self._reference = f"reference.{self.od.name}"     # the op's numpy reference kernel
         self.state: dict = {}
+        self.fell_back = False    # its kernel failed once: never a native step
 
     def inputs(self, inputs) -> list:
         """The kernel's inputs from the bridge's: absent ones None, held constants put back."""
@@ -115,11 +116,13 @@ class _Dispatch:
                 raise
             from edgeops.ort.fallback import record
             record(self.node, k.name, f"raised {type(e).__name__}: {e}")
+            self.fell_back = True
             outs = self.od.run(xs, self.attrs, self.node)
         else:
             if self.nan_guard and k.name != self._reference and not _finite(outs) and _finite(xs):
                 from edgeops.ort.fallback import record
                 record(self.node, k.name, "returned NaN/Inf from finite inputs")
+                self.fell_back = True
                 outs = self.od.run(xs, self.attrs, self.node)
         if len(outs) == 1:
             o = outs[0]
@@ -146,6 +149,8 @@ class _Dispatch:
         say yet (a thread choice still timing), a string when it never will for these inputs."""
         if self.nan_guard:
             return "the manifest's nan_guard checks every call from Python"
+        if self.fell_back:
+            return "its kernel failed on a call: it keeps running through Python and its rules"
         xs = self.inputs(inputs)
         k = self.kernel
         if k is None:

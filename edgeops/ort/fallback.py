@@ -21,6 +21,7 @@ serve`` reports them), :func:`reset_fallback_counts` starts again.
 from __future__ import annotations
 
 import threading
+from contextlib import contextmanager
 import warnings
 
 from edgeops.ort.errors import OrtIntegrationError
@@ -60,8 +61,11 @@ def rules(fallback: dict | None) -> dict | None:
 
 
 def record(node: str, kernel: str, why: str) -> None:
-    """Count one fallback of ``node``; warn the first time it happens to that node."""
+    """Count one fallback of ``node``; warn the first time it happens to that node (neither
+    inside :func:`unrecorded`)."""
     from edgeops.errors import EdgeOpsWarning
+    if getattr(_quiet, "on", False):
+        return
     with _lock:
         _counts[node] = _counts.get(node, 0) + 1
         first = node not in _warned
@@ -84,3 +88,17 @@ def reset_fallback_counts() -> None:
     """Start counting again (nodes already warned about are not warned about again)."""
     with _lock:
         _counts.clear()
+
+
+_quiet = threading.local()
+
+
+@contextmanager
+def unrecorded():
+    """Fallbacks of this thread's calls inside the block are neither counted nor warned about
+    (a session's warm-up run on zeros, edgeops.ort.native.prepare_programs: not the user's)."""
+    _quiet.on = True
+    try:
+        yield
+    finally:
+        _quiet.on = False

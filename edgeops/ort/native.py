@@ -422,6 +422,38 @@ def _team(step) -> int:
     return step.threads if step.threads and step.threads > 0 else 0
 
 
+_FEED_TYPES = {"tensor(float)": np.float32, "tensor(double)": np.float64,
+               "tensor(float16)": np.float16, "tensor(int64)": np.int64,
+               "tensor(int32)": np.int32, "tensor(uint8)": np.uint8, "tensor(int8)": np.int8,
+               "tensor(bool)": np.bool_}
+
+
+def prepare_programs(sess) -> bool:
+    """Run session ``sess`` once on zeros when every input's type and shape are static, so its
+    nodes are prepared as programs (held state made, thread teams fixed, arenas allocated) while
+    the session is made rather than on the first real call; True when it ran. Failures are not
+    the caller's: whatever the run recorded is dropped, and the nodes are then prepared on their
+    first real call instead."""
+    from edgeops.ort.errors import take_errors
+    feeds = {}
+    for i in sess.get_inputs():
+        dt = _FEED_TYPES.get(i.type)
+        if dt is None or not all(isinstance(d, int) and d >= 0 for d in i.shape):
+            return False
+        feeds[i.name] = np.zeros(i.shape, dt)
+    try:
+        from onnxruntime import InferenceSession
+        from edgeops.ort.fallback import unrecorded
+        with unrecorded():
+            InferenceSession.run(sess, None, feeds)
+    except Exception as e:  # noqa: BLE001  (the first real call prepares them instead)
+        plan_failures.append(("session", f"warm-up run on zeros: {type(e).__name__}: {e}"))
+        take_errors()
+        return False
+    take_errors()
+    return True
+
+
 def counters() -> dict:
     """The library's counters: live programs, calls run natively / through Python, bytes of the
     live arena pools, arenas allocated past a pool, entries that failed, calls whose inputs did

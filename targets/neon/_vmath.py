@@ -67,6 +67,17 @@ def _pow2(typingctx, k):
     return types.float32(types.float32), codegen
 
 
+@intrinsic
+def f32_from_bits(typingctx, i):
+    """The float32 whose bits are the int32 ``i``."""
+    if i != types.int32:
+        return None
+
+    def codegen(context, builder, sig, args):
+        return builder.bitcast(args[0], ir.FloatType())
+    return types.float32(types.int32), codegen
+
+
 @njit(cache=True, inline="always", fastmath=_FM, error_model="numpy")
 def exp32(x):
     x = min(max(np.float32(x), np.float32(-87.3)), np.float32(88.7))

@@ -20,7 +20,8 @@ import numpy as np
 from numba import carray, njit
 
 from edgeops.plans import NativeStep
-from edgeops.targets.neon import _entries, conv, depthwise, eltwise, gemm, norms, pool, winograd
+from edgeops.targets.neon import (_entries, conv, depthwise, eltwise, gemm, norms, pool, swiglu,
+                                  winograd)
 from edgeops.targets.neon._entries import ALONE, POOL, SERIAL
 from edgeops.threads import SMALL_ELEMENTS, choice, num_threads
 
@@ -209,10 +210,24 @@ def _gap(args, arrays, values, scratch):
     return 0
 
 
+def _swiglu(args, arrays, values, scratch):
+    # values: M, D, F, has B1, has B2, mc, panels per block, kc, packed length, B1 length,
+    # B2 length; arrays: packed [W1|W2], B1, B2
+    v = values
+    x = carray(args[0], (v[0] * v[1],), np.float32)
+    y = carray(args[1], (v[0] * v[2],), np.float32)
+    bp = carray(arrays[0], (v[8],), np.float32)
+    b1 = carray(arrays[1], (v[9],), np.float32)
+    b2 = carray(arrays[2], (v[10],), np.float32)
+    swiglu._swiglu_kernel(x, v[0], v[1], v[2], bp, b1, b2, v[3] != 0, v[4] != 0, y, v[5], v[6],
+                          v[7])
+    return 0
+
+
 _BODIES = {"neon.act": _act, "neon.binary": _binary, "neon.softmax": _softmax,
            "neon.copy": _copy, "neon.gemm": _gemm, "neon.conv_im2col": _conv_im2col,
            "neon.winograd": _winograd, "neon.depthwise": _depthwise, "neon.pool": _pool,
-           "neon.gap": _gap}
+           "neon.gap": _gap, "neon.swiglu": _swiglu}
 
 
 def entry(name: str) -> int:
@@ -530,3 +545,35 @@ def gap_step(x, threads: int):
                       (("float32", out),), (),
                       np.array([x.shape[0] * x.shape[1], how[0], how[1], size], np.int64), 0,
                       how[1])
+
+
+def swiglu_step(xs, held, threads: int, tiling=None):
+    """SwiGLU with held W1, W2 (and biases) as a step: the packed [W1|W2] its Python path packs,
+    the same blocking."""
+    from edgeops.targets.neon.blocking import from_tiling
+    from edgeops.threads import SMALL_FLOPS
+    x, w1, w2 = xs[:3]
+    b1 = xs[3] if len(xs) > 3 else None
+    b2 = xs[4] if len(xs) > 4 else None
+    if 0 in held or any(i not in held for i, t in enumerate(xs) if i and t is not None):
+        return "X must be a runtime input, the weights and biases held constants"
+    if not all(_f32(t) for t in (x, w1, w2)) or w1.ndim != 2 or w1.shape != w2.shape \
+            or x.shape[-1] != w1.shape[0] or not (w1.flags.c_contiguous and w2.flags.c_contiguous):
+        return "not X (..., D) with contiguous W1 = W2 (D, F)"
+    D, F = w1.shape
+    M = int(np.prod(x.shape[:-1], dtype=np.int64))
+    if M == 0 or F == 0 or D == 0:
+        return "an empty product"
+    bl = from_tiling(tiling).normalized()
+    mc = max(swiglu.SMR, min(bl.mc, 64) // swiglu.SMR * swiglu.SMR)
+    pan_blk = max(1, min(bl.nc, 256) // swiglu.NR)
+    bp = swiglu.packed_weights(w1, w2, bl.kc, True)
+    z = np.zeros(1, np.float32)
+    bb1 = z if b1 is None else np.ascontiguousarray(b1, np.float32).reshape(-1)
+    bb2 = z if b2 is None else np.ascontiguousarray(b2, np.float32).reshape(-1)
+    team = 1 if 4.0 * M * D * F < SMALL_FLOPS else max(1, min(threads, num_threads()))
+    values = [M, D, F, b1 is not None, b2 is not None, mc, pan_blk, bl.kc, bp.size, bb1.size,
+              bb2.size]
+    return NativeStep("neon.swiglu", entry("neon.swiglu"), (0,), (("float32", tuple(x.shape)),),
+                      (("float32", tuple(x.shape[:-1]) + (F,)),), (bp, bb1, bb2),
+                      np.array(values, np.int64), 0, team, keep=(w1, w2))

@@ -24,6 +24,7 @@ from numba import carray, njit, prange
 from edgeops.errors import EdgeOpsError
 from edgeops.plans import NativeStep
 from edgeops.targets.neon import _entries
+from edgeops.targets.neon import _vmath as _vm
 from edgeops.targets.neon import epilogue as ep
 from edgeops.targets.neon._entries import ALONE, POOL, SERIAL
 from edgeops.threads import SMALL_ELEMENTS, ThreadChoice, decide, launch, run
@@ -272,22 +273,24 @@ def _groupnorm_chain_serial(x, scales, biases, n, c, spatial, groups, eps, y, sl
                            empty, 0, n * groups, 0)
 
 
+_SIGN = np.int32(31)
+_MAG = np.int32(0x7fffffff)
+_KEY_MIN = np.int32(-2147483648)
+
+
 @njit(cache=True, inline="always", fastmath=_FM, error_model="numpy")
 def _row_max(v, n):
-    """max(v[:n]), n >= 1, over 8 partial maxima."""
-    m0 = m1 = m2 = m3 = m4 = m5 = m6 = m7 = v[0]
-    j = 0
-    while j + 8 <= n:
-        m0, m1 = max(m0, v[j]), max(m1, v[j + 1])
-        m2, m3 = max(m2, v[j + 2]), max(m3, v[j + 3])
-        m4, m5 = max(m4, v[j + 4]), max(m5, v[j + 5])
-        m6, m7 = max(m6, v[j + 6]), max(m7, v[j + 7])
-        j += 8
-    m = max(max(max(m0, m1), max(m2, m3)), max(max(m4, m5), max(m6, m7)))
-    while j < n:
-        m = max(m, v[j])
-        j += 1
-    return m
+    """max(v[:n]), n >= 1, as the largest of the floats' order-preserving int32 keys (negative
+    floats' magnitude bits flipped): an integer max reduction vectorises, a float one does not
+    without no-NaNs on the whole function (3.5x faster over 128-float rows; figures:
+    docs/notes/neon-kernels.md). A NaN lands at either end of the order: the max, or an element
+    whose exp is NaN, so the row is NaN either way, as before."""
+    iv = v.view(np.int32)
+    m = _KEY_MIN
+    for j in range(n):
+        i = iv[j]
+        m = max(m, i ^ ((i >> _SIGN) & _MAG))
+    return _vm.f32_from_bits(np.int32(m ^ ((m >> _SIGN) & _MAG)))
 
 
 @njit(cache=True, inline="always", fastmath=_FM, error_model="numpy")

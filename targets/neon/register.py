@@ -141,7 +141,10 @@ _register_conv("ai.edgeops::ConvBnAct", "conv_bn_act", "ConvBnAct, activation fu
 
 # ---- memory-bound chains ------------------------------------------------------------------
 
-@register_kernel("ai.edgeops::SwiGLU", T, dtypes=FP32, name="neon.swiglu_fused", priority=10)
+@register_kernel("ai.edgeops::SwiGLU", T, dtypes=FP32, name="neon.swiglu_fused", priority=10,
+                 plans=native.warm,
+                 native=lambda xs, attrs, *, threads, held, tiling=None, **_:
+                 native.swiglu_step(xs, held, threads, tiling))
 def _swiglu(inputs, attrs, tiling=None):
     """SwiGLU: gate and up from one packed [W1|W2] micro-kernel, silu*up in the store."""
     x, w1, w2 = inputs[:3]

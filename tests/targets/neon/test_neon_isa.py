@@ -51,6 +51,14 @@ def _host_avx512() -> bool:
     return "+avx512f" in get_host_cpu_features().split(",")
 
 
+def _llvm_prefers_256() -> bool:
+    """Whether LLVM's tuning for this CPU prefers 256-bit vectors (Intel's AVX-512 parts since
+    Skylake-SP do; AMD's Zen 4 and 5 do not, so there the default already is 512-bit)."""
+    import llvmlite.binding as ll
+    ll.initialize_native_target()
+    return ll.get_host_cpu_name() not in ("znver4", "znver5")
+
+
 def test_a_width_that_is_not_one_gets_a_clear_error(monkeypatch):
     from edgeops.targets.neon import _isa
     monkeypatch.setenv("EDGEOPS_VECTOR_BITS", "1024")
@@ -68,7 +76,10 @@ def test_each_width_compiles_its_own_code_and_matches_float64(tmp_path):
     assert wide["hits"] == narrow["hits"] == 0, "a width loaded the other's cached code"
     again = _probe("256", tmp_path=tmp_path / "a")    # while each width finds its own
     assert again["hits"] > 0 and again["err"] == narrow["err"]
-    assert wide["zmm"] > 10 * max(narrow["zmm"], 1), (wide["zmm"], narrow["zmm"])
+    if _llvm_prefers_256():
+        assert wide["zmm"] > 10 * max(narrow["zmm"], 1), (wide["zmm"], narrow["zmm"])
+    else:       # LLVM's own tuning for this CPU already uses 512-bit vectors: the same code
+        assert wide["zmm"] >= narrow["zmm"] > 0, (wide["zmm"], narrow["zmm"])
     assert wide["err"] < 2e-5 and narrow["err"] < 2e-5
     # once Numba has compiled anything the width cannot change: nothing is claimed
     late = _probe("512", "numba-first", tmp_path=tmp_path / "b")
