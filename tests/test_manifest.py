@@ -81,7 +81,8 @@ CASES = {
     "fallback unknown": (_set("runtime.fallback.kernel_error", "ignore"),
                          "'runtime.fallback.kernel_error'"),
     "deadline zero": (_set("runtime.deadline_s", 0), "'runtime.deadline_s'"),
-    "undeclared top-level key": (_set("quantization", {}), "'quantization'"),
+    "undeclared top-level key": (_set("calibrated_with", {}), "'calibrated_with'"),
+    "quantization without its source": (_set("quantization", {}), "'quantization.source'"),
     "no outputs": (_set("outputs", []), "'outputs'"),
     "reference names an unknown input": (_set("reference.inputs", {"input_0": "nope"}),
                                          "'reference.inputs'"),
@@ -107,15 +108,15 @@ def test_the_writer_follows_the_schema_and_a_new_key_is_one_line(pkg, monkeypatc
     doc = json.loads((pkg / package.MANIFEST).read_bytes())
     assert validate(doc) is doc
     # an undeclared key is refused; declaring it is one Key(...) line
-    doc2 = copy.deepcopy(doc) | {"quantization": {"scheme": "per_channel"}}
-    with pytest.raises(ManifestError, match="'quantization' is not in the manifest schema"):
+    doc2 = copy.deepcopy(doc) | {"sparsity": {"scheme": "2:4"}}
+    with pytest.raises(ManifestError, match="'sparsity' is not in the manifest schema"):
         validate(doc2)
     monkeypatch.setattr(manifest, "KEYS", manifest.KEYS + (
-        Key("quantization", "dict", required=False),
-        Key("quantization.scheme", "str", required=False, choices=("per_channel",))))
+        Key("sparsity", "dict", required=False),
+        Key("sparsity.scheme", "str", required=False, choices=("2:4",))))
     assert validate(doc2) is doc2 and validate(doc) is doc    # optional: old manifests pass
-    doc2["quantization"]["scheme"] = "per_tensor"
-    with pytest.raises(ManifestError, match="'quantization.scheme' is 'per_tensor'"):
+    doc2["sparsity"]["scheme"] = "4:8"
+    with pytest.raises(ManifestError, match="'sparsity.scheme' is '4:8'"):
         validate(doc2)
 
 

@@ -90,7 +90,6 @@ class _Ctx:
             from edgeops.ort import dispatch
             p = self.package()
             ins, _ = p.reference()
-            self.sess = p.session()
             seen = self.inputs
             orig = dispatch._Dispatch.call
 
@@ -99,6 +98,9 @@ class _Ctx:
                 return orig(d, inputs)
             dispatch._Dispatch.call = call
             try:
+                # from the session's making on: a static session's nodes run through Python
+                # once there (edgeops.ort.native.prepare_programs), then from native programs
+                self.sess = p.session()
                 outs = self._run(ins)
             finally:
                 dispatch._Dispatch.call = orig
