@@ -3,7 +3,8 @@
 A calibration (written by ``edgeops calibrate``, :mod:`edgeops.pipeline.calibrate`) holds, per
 (side, kernel family, dtype, threads), a fitted cost::
 
-    seconds = call_s * calls + flops / (peak(threads) * comp_eff) + bytes / (bandwidth * bw_eff)
+    seconds = call_s * calls + flops / (peak(threads) * comp_eff)
+              + activation bytes / (bandwidth * bw_eff) + weight bytes / (bandwidth * weight_bw_eff)
 
 ``side``: ``edgeops`` (the kernel through ONNX Runtime's custom-op bridge, as a lowered node runs
 alone), ``kernel`` (its dispatch entry alone: what a node costs inside a region) or ``ort`` (ONNX
@@ -29,7 +30,7 @@ import numpy as np
 
 from edgeops.errors import EdgeOpsError
 
-FORMAT = 1
+FORMAT = 2     # 2: weight bytes apart from activation bytes
 SIDES = ("edgeops", "kernel", "ort")
 CLASSES = ("gemm", "stream", "view")
 MIN_ROWS = 4            # a family needs this many measured shapes for its own fit
@@ -102,29 +103,33 @@ def _tbytes(t) -> int:
 
 
 def features(node, side: str, board, threads: int | None) -> np.ndarray:
-    """[calls, seconds at the board's peak, seconds at its bandwidth] of ``node`` (an
-    ``edgeops.graph`` node, fused or not) for ``side``: the model is their weighted sum."""
+    """[calls, seconds at the board's peak, activation bytes and constant (weight) bytes each
+    at its bandwidth] of ``node`` (an ``edgeops.graph`` node, fused or not) for ``side``: the
+    model is their weighted sum. Weights apart: a kernel may pack them per call (neon's GEMMs)
+    or once per session (ONNX Runtime's), at rates unlike streaming activations."""
     dt = node_dtype(node)
     gemm, stream, bw, _ = rates(board, dt, threads)
+    consts = sum(_tbytes(t) for t in node.input_tensors if t is not None and t.is_const)
     if side == "ort":
         from edgeops.simulator.peer import peer_passes
         passes = peer_passes(node)
         comp = sum(p.flops / (gemm if p.kind == "gemm" else stream) for p in passes)
-        return np.array([float(len(passes)), comp, sum(p.bytes for p in passes) / bw])
+        act = max(sum(p.bytes for p in passes) - consts, 0)
+        return np.array([float(len(passes)), comp, act / bw, consts / bw])
     peak = gemm if op_class(node.op_type) == "gemm" else stream
-    ins = [t for t in node.input_tensors if t is not None]
+    ins = [t for t in node.input_tensors if t is not None and not t.is_const]
     outs = [t for t in node.output_tensors[:1] if t is not None]
-    nb = sum(_tbytes(t) for t in ins + outs)
+    act = sum(_tbytes(t) for t in ins + outs)
     if side == "edgeops":     # the bridge copies each activation in and the output out
-        nb += sum(_tbytes(t) for t in ins + outs if not t.is_const)
-    return np.array([1.0, float(node.flops or 0) / peak, nb / bw])
+        act *= 2
+    return np.array([1.0, float(node.flops or 0) / peak, act / bw, consts / bw])
 
 
 # ---- fitting ------------------------------------------------------------------------------
 
 def nnls_rel(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     """Non-negative coefficients minimising the squared *relative* error of ``x @ c`` against
-    ``y`` (every row counts alike, small nodes too): exact over the 2^k active sets (k = 3)."""
+    ``y`` (every row counts alike, small nodes too): exact over the 2^k active sets (k = 4)."""
     w = x / y[:, None]
     one = np.ones(len(y))
     best, best_err = np.zeros(x.shape[1]), float("inf")
@@ -170,18 +175,17 @@ def fit(rows: list[dict]) -> dict:
         x = np.array([r["x"] for r in rs], float)
         y = np.array([r["seconds"] for r in rs], float)
         c = nnls_rel(x, y)
-        out[key] = {"call_s": float(c[0]), "comp_eff": float(1 / c[1]) if c[1] > 0 else None,
-                    "bw_eff": float(1 / c[2]) if c[2] > 0 else None, "rows": len(rs),
-                    "band": band_of(x @ c, y)}
+        inv = lambda v: float(1 / v) if v > 0 else None      # noqa: E731
+        out[key] = {"call_s": float(c[0]), "comp_eff": inv(c[1]), "bw_eff": inv(c[2]),
+                    "weight_bw_eff": inv(c[3]), "rows": len(rs), "band": band_of(x @ c, y)}
     return out
 
 
 def apply(entry: dict, x: np.ndarray, clock_ratio: float = 1.0) -> float:
     """Seconds of features ``x`` under a fitted entry; ``clock_ratio``: the calibrated board's
     clock over this board's (per-call costs are instructions at the clock)."""
-    c = [entry["call_s"] * clock_ratio,
-         0.0 if not entry.get("comp_eff") else 1 / entry["comp_eff"],
-         0.0 if not entry.get("bw_eff") else 1 / entry["bw_eff"]]
+    inv = lambda k: 0.0 if not entry.get(k) else 1 / entry[k]       # noqa: E731
+    c = [entry["call_s"] * clock_ratio, inv("comp_eff"), inv("bw_eff"), inv("weight_bw_eff")]
     return float(np.dot(c, x))
 
 

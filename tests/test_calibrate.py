@@ -31,7 +31,7 @@ def test_calibration_file_has_provenance_and_fits_what_it_measured(one_grid):
     assert prov["board"]["name"] == "host" and prov["date"].endswith("Z")
     sides = {r["side"] for r in doc["rows"]}
     assert sides == {"edgeops", "kernel", "ort"}
-    assert all(r["seconds"] > 0 and len(r["x"]) == 3 for r in doc["rows"])
+    assert all(r["seconds"] > 0 and len(r["x"]) == 4 for r in doc["rows"])
     # every row is predicted by some entry, and the fitted bands bound 90% of the rows'
     # relative errors per entry (band_of is the 90th percentile)
     c = cal.Calibration(None, doc)

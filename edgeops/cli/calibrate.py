@@ -73,13 +73,14 @@ def _print(doc: dict) -> None:
     t = Table(title=f"calibration of {doc['board']} ({prov['grid']} grid, {len(doc['rows'])} rows, "
                     f"{prov['wall_s']:.0f} s)")
     for col in ("side", "family", "dtype", "threads", "rows", "per call", "compute eff",
-                "bandwidth eff", "band"):
+                "bandwidth eff", "weights eff", "band"):
         t.add_column(col, justify="right" if col not in ("side", "family", "dtype") else "left")
     for key, e in sorted(doc["entries"].items()):
         side, fam, dt, th = key.split("|")
         pct = lambda v: "-" if v is None else f"{v:.0%}"     # noqa: E731
         t.add_row(side, escape(fam), dt, th[1:], str(e["rows"]), fmt_s(e["call_s"]),
-                  pct(e["comp_eff"]), pct(e["bw_eff"]), f"±{e['band']:.0%}")
+                  pct(e["comp_eff"]), pct(e["bw_eff"]), pct(e.get("weight_bw_eff")),
+                  f"±{e['band']:.0%}")
     c = console()
     c.print(t)
     c.print(f"wrote {escape(doc['path'])}; session run overhead taken off each row: "

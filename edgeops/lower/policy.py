@@ -107,7 +107,7 @@ def _estimate(n, side, uncalibrated, ctx, kernel=None):
     if cal is not None and cal.available:
         try:
             est = cal.estimate(n, side, getattr(ctx, "threads", None), kernel)
-        except EdgeOpsError:
+        except Exception:  # noqa: BLE001  (a node the model cannot describe: uncalibrated)
             est = None
         if est is not None:
             return est
@@ -264,7 +264,10 @@ def unfuse(p: Placement, originals, ctx) -> list:
                           None, p.peer_latency_s if i == 0 else 0.0,
                           signature=p.signature if i == 0 else None,
                           measured_s=p.measured_s if i == 0 else None,
-                          measured_peer_s=p.measured_peer_s if i == 0 else None)
+                          measured_peer_s=p.measured_peer_s if i == 0 else None,
+                          band=p.peer_band if i == 0 else None,
+                          peer_band=p.peer_band if i == 0 else None,
+                          calibration=p.calibration if i == 0 and p.target is None else None)
         else:
             q = place(sn, ctx)
         q.reason = f"unfused from {p.op} {p.node!r} ({p.reason})" + (f"; {q.reason}" if q.reason else "")

@@ -12,13 +12,14 @@ from edgeops.simulator import calibration as C
 
 
 def test_relative_nnls_recovers_known_costs(rng):
-    true = np.array([4e-6, 1.6, 2.5])            # call s, 1/comp_eff, 1/bw_eff
-    x = np.column_stack([np.ones(40), rng.uniform(1e-7, 1e-3, 40), rng.uniform(1e-7, 1e-3, 40)])
+    true = np.array([4e-6, 1.6, 2.5, 7.0])       # call s, 1/comp_eff, 1/bw_eff, 1/weight_bw_eff
+    x = np.column_stack([np.ones(40), *rng.uniform(1e-7, 1e-3, (3, 40))])
     assert np.allclose(C.nnls_rel(x, x @ true), true, rtol=1e-6)
     # a cost the data do not have comes out zero, never negative
     y = x[:, 1] * 2.0 + 1e-5
     c = C.nnls_rel(x, y)
-    assert c.min() >= 0 and np.allclose(x @ c, y, rtol=1e-6) and c[2] == pytest.approx(0, abs=1e-9)
+    assert c.min() >= 0 and np.allclose(x @ c, y, rtol=1e-6)
+    assert c[2] == pytest.approx(0, abs=1e-9) and c[3] == pytest.approx(0, abs=1e-9)
 
 
 def test_band_is_the_90th_percentile_of_relative_error(rng):
@@ -52,7 +53,8 @@ def _doc(board, entries, kernels="k1", machine="m1"):
                            "machine_key": machine, "date": "2026-12-03T00:00:00Z"}}
 
 
-COEF = {"edgeops": [2e-5, 2.0, 1.5], "kernel": [5e-6, 2.0, 1.2], "ort": [3e-6, 1.25, 1.4]}
+COEF = {"edgeops": [2e-5, 2.0, 1.5, 9.0], "kernel": [5e-6, 2.0, 1.2, 9.0],
+        "ort": [3e-6, 1.25, 1.4, 0.5]}
 
 
 def test_estimate_applies_the_fit_with_the_boards_own_rates(rng, tmp_path):
@@ -65,10 +67,10 @@ def test_estimate_applies_the_fit_with_the_boards_own_rates(rng, tmp_path):
     # the sample's Conv at 2 threads of rpi5: 2 x 16 fp32 flop/cycle x 2.4 GHz, 17.07 GB/s
     conv = next(n for n in _sample_nodes() if n.op_type == "Conv")
     peak, bw = 2 * 16 * 2.4e9, 17.07e9
-    nb = sum(t.nbytes for t in conv.input_tensors if t is not None) + conv.output_tensors[0].nbytes
-    copies = sum(t.nbytes for t in conv.input_tensors if t is not None and not t.is_const) \
+    act = sum(t.nbytes for t in conv.input_tensors if t is not None and not t.is_const) \
         + conv.output_tensors[0].nbytes
-    want = 2e-5 + 2.0 * conv.flops / peak + 1.5 * (nb + copies) / bw
+    weights = sum(t.nbytes for t in conv.input_tensors if t is not None and t.is_const)
+    want = 2e-5 + 2.0 * conv.flops / peak + 1.5 * 2 * act / bw + 9.0 * weights / bw
     est = cal.estimate(conv, "edgeops", 2)
     assert est.seconds == pytest.approx(want, rel=1e-6) and est.band == C.BAND_FLOOR
 
