@@ -9,9 +9,8 @@ For each benchmark-zoo model (edgeops.modelzoo, default sizes) and thread count 
   and Spearman's rank correlation.
 * whole model, ``--lower all`` and ``auto`` (decided on this run's rows as the host's measured
   table would, regions estimated from them): the package session (measure_model) against the
-  sum of its nodes' predictions, each less the session's own run (a run of consecutive lowered
-  nodes one region: its kernels alone plus one crossing), plus one run; and ONNX Runtime's
-  session of the original against its nodes' predictions.
+  sum of its nodes' predictions, each less the session's own run and times its side's in-model
+  factor, plus one run; and ONNX Runtime's session of the original against its nodes'.
 * leave-one-model-out: the same, predicted by a calibration fitted without the model's network
   (neither its grid rows nor its rows measured here).
 
@@ -41,13 +40,9 @@ TARGETS = {"mape": 0.25, "spearman": 0.9, "whole": (0.8, 1.25), "lomo": (0.7, 1.
 QUICK = [("swiglu_mlp", 8)]
 
 
-def predict_row(entries, row, clock_ratio=1.0):
-    """A measured row's prediction (one-node seconds) under fitted entries; None: none fits."""
-    from edgeops.simulator import calibration as C
-    c = C.Calibration.__new__(C.Calibration)
-    c.entries = entries
-    e, _, _ = c._entry(row["side"], row["family"], row["dtype"], row["threads"], row.get("op"))
-    return None if e is None else C.apply(e, np.asarray(row["x"]), clock_ratio)
+def predict_row(entries, row):
+    from edgeops.simulator.calibration import predict_row as pr
+    return pr(entries, row)
 
 
 def row_stats(rows, entries, side):
@@ -60,33 +55,16 @@ def row_stats(rows, entries, side):
             "spearman": float(spearman(p, m)), "median_ratio": float(np.median(p / m))}
 
 
-def whole_prediction(rows, entries, lowered: set, ov: float) -> tuple[float, float]:
-    """(package s, ONNX Runtime s) predicted from a model's rows (graph order): each node its
-    one-node figure less the session's own run ``ov``; a run of consecutive lowered nodes is one
-    region, its kernels alone plus one crossing (the largest); one session run on top."""
-    by: dict[str, dict] = {}
-    for r in rows:
-        by.setdefault(r["node"], {})[r["side"]] = predict_row(entries, r)
-    pkg = ort_s = 0.0
-    run: list[tuple[float, float]] = []
-
-    def close():
-        nonlocal pkg
-        if run:
-            pkg += sum(a for a, _ in run) + max(c for _, c in run)
-            run.clear()
-    for node, sides in by.items():
-        o = max((sides.get("ort") or 0.0) - ov, 0.0)
-        ort_s += o
-        e = sides.get("edgeops")
-        if node in lowered and e is not None:
-            alone = sides.get("kernel") or (e - ov)
-            run.append((alone, max(e - ov - alone, 0.0)))
-        else:
-            close()
-            pkg += o
-    close()
-    return pkg + ov, ort_s + ov
+def whole_prediction(rows, entries, factors, lowered: set, ov: float) -> tuple[float, float]:
+    """(package s, ONNX Runtime s) predicted from a model's rows: each node its one-node
+    prediction less the session's own run ``ov``, times its side's in-model factor; one run on
+    top (edgeops.simulator.calibration.in_model_factors)."""
+    from edgeops.simulator.calibration import whole_parts
+    f = factors.get(f"t{rows[0]['threads']}", {}) if rows else {}
+    fe, fo = f.get("edgeops", 1.0), f.get("ort", 1.0)
+    e_sum, o_rest = whole_parts(rows, entries, lowered, ov)
+    _, o_all = whole_parts(rows, entries, set(), ov)
+    return fe * e_sum + fo * o_rest + ov, fo * o_all + ov
 
 
 def lowered_for(src, board, mode, threads, rows):
@@ -116,7 +94,7 @@ def run(models, threads, cal_path):
     cal = C.Calibration(b, doc)
     grid_rows = doc["rows"]
     out = {"calibration": str(cal_path), "provenance": doc["provenance"], "models": [],
-           "targets": TARGETS}
+           "targets": TARGETS, "in_model": doc.get("in_model")}
     all_rows, measured = [], {}
     for name, size in models:
         src = modelzoo.build(name, size=size)
@@ -133,8 +111,11 @@ def run(models, threads, cal_path):
     for (name, size, t), (rows, wholes) in measured.items():
         tag = f"{name}:{size or 'default'}"
         ov = cal.overhead_s(t)
-        lomo_entries = C.fit([r for r in grid_rows if not r["model"].startswith(name + ":")]
-                             + [r for r in all_rows if not r["model"].startswith(name + ":")])
+        others = [r for r in grid_rows + all_rows if not r["model"].startswith(name + ":")]
+        lomo_entries = C.fit(others)
+        lomo_factors = C.in_model_factors(
+            others, [w for w in doc.get("wholes", []) if not w["model"].startswith(name + ":")],
+            lomo_entries, doc["provenance"]["session_overhead_s"])
         rec = {"model": tag, "threads": t, "session_overhead_s": ov, "rows": {}, "whole": {},
                "lomo_rows": {}}
         for side in ("edgeops", "ort"):
@@ -142,8 +123,8 @@ def run(models, threads, cal_path):
             rec["lomo_rows"][side] = row_stats(rows, lomo_entries, side)
         for mode, (lw, m) in wholes.items():
             lowered = {p.node for p in lw.lowered}
-            pred = whole_prediction(rows, doc["entries"], lowered, ov)
-            lomo = whole_prediction(rows, lomo_entries, lowered, ov)
+            pred = whole_prediction(rows, doc["entries"], doc.get("in_model", {}), lowered, ov)
+            lomo = whole_prediction(rows, lomo_entries, lomo_factors, lowered, ov)
             w = {"lowered": len(lowered), "predicted_s": pred[0], "lomo_predicted_s": lomo[0],
                  "ort_predicted_s": pred[1], "lomo_ort_predicted_s": lomo[1]}
             if m is not None:

@@ -181,6 +181,65 @@ def fit(rows: list[dict]) -> dict:
     return out
 
 
+def _predictor(entries):
+    c = Calibration.__new__(Calibration)
+    c.entries = entries
+    return c
+
+
+def predict_row(entries: dict, row: dict, clock_ratio: float = 1.0) -> float | None:
+    """A measured row's one-node prediction under fitted ``entries`` (None: nothing fits it)."""
+    e, _, _ = _predictor(entries)._entry(row["side"], row["family"], row["dtype"],
+                                         int(row["threads"]), row.get("op"))
+    return None if e is None else apply(e, np.asarray(row["x"]), clock_ratio)
+
+
+def whole_parts(rows: list[dict], entries: dict, lowered: set, ov: float) -> tuple[float, float]:
+    """(edgeops s of the ``lowered`` nodes, ONNX Runtime s of the others) of one model's rows,
+    each node its one-node prediction less the session's own run ``ov``."""
+    by: dict[str, dict] = {}
+    for r in rows:
+        by.setdefault(r["node"], {})[r["side"]] = predict_row(entries, r)
+    e_sum = o_sum = 0.0
+    for node, sides in by.items():
+        if node in lowered and sides.get("edgeops") is not None:
+            e_sum += max(sides["edgeops"] - ov, 0.0)
+        else:
+            o_sum += max((sides.get("ort") or 0.0) - ov, 0.0)
+    return e_sum, o_sum
+
+
+def in_model_factors(rows: list[dict], wholes: list[dict], entries: dict,
+                     overhead: dict) -> dict:
+    """``{"t<N>": {"ort": f, "edgeops": f, "models": n}}``: what a node costs inside a whole
+    model over its one-node figure, the median over the measured whole models ``wholes``
+    (``{model, threads, lowered: [node], package_s, ort_s}``): ONNX Runtime's from its session
+    of the original, edgeops' from the package with every node lowered it could
+    (docs/notes/calibration.md: packages ran 1.3-2.9x their nodes' one-node sums)."""
+    out = {}
+    for t in sorted({int(w["threads"]) for w in wholes}):
+        ov = float(overhead.get(str(t), 0.0))
+        ws = [w for w in wholes if int(w["threads"]) == t and w.get("ort_s")]
+        mrows = {w["model"]: [r for r in rows if r["model"] == w["model"] and
+                              int(r["threads"]) == t] for w in ws}
+        fo = []
+        for w in ws:
+            _, o_all = whole_parts(mrows[w["model"]], entries, set(), ov)
+            if o_all > 0:
+                fo.append((w["ort_s"] - ov) / o_all)
+        if not fo:
+            continue
+        f_o = float(np.median(fo))
+        fe = []
+        for w in ws:
+            e_sum, o_rest = whole_parts(mrows[w["model"]], entries, set(w["lowered"]), ov)
+            if e_sum > 0 and w.get("package_s"):
+                fe.append((w["package_s"] - ov - f_o * o_rest) / e_sum)
+        out[f"t{t}"] = {"ort": f_o, "edgeops": float(np.median(fe)) if fe else 1.0,
+                        "models": len(ws)}
+    return out
+
+
 def apply(entry: dict, x: np.ndarray, clock_ratio: float = 1.0) -> float:
     """Seconds of features ``x`` under a fitted entry; ``clock_ratio``: the calibrated board's
     clock over this board's (per-call costs are instructions at the clock)."""
@@ -280,6 +339,14 @@ class Calibration:
         t = min((int(k) for k in ov), key=lambda k: (abs(k - threads), -k))
         return float(ov[str(t)]) * self.clock_ratio
 
+    def in_model(self, side: str, threads: int) -> float:
+        """The in-model factor of ``side`` (:func:`in_model_factors`), the nearest threads'."""
+        f = (self.doc or {}).get("in_model") or {}
+        if side == "kernel" or not f:
+            return 1.0
+        t = min((int(k[1:]) for k in f), key=lambda k: (abs(k - threads), -k))
+        return float(f[f"t{t}"].get(side, 1.0))
+
     def _entry(self, side, family, dtype, threads, op=None):
         ts = sorted({int(k.rsplit("|t", 1)[1]) for k in self.entries if k.startswith(side + "|")},
                     key=lambda t: (abs(t - threads), -t))
@@ -308,6 +375,7 @@ class Calibration:
         ov = 0.0 if side == "kernel" else self.overhead_s(t)
         s = max(raw - ov, 0.1 * raw)
         band = min(e["band"] * self.factor, BAND_CAP) * raw / s
+        s *= self.in_model(side, t)
         src = f"{self.borrowed_from or self.board.name} calibration ({level}, {used} thr)"
         if self.borrowed_from:
             src += f", borrowed, band x{self.factor:.1f}"

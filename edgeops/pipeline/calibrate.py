@@ -6,7 +6,9 @@ fused graph is timed as one-node sessions, as the host's measured kernel table t
 (:mod:`edgeops.lower.measure`): the edgeops kernel through the bridge, its dispatch entry alone,
 and ONNX Runtime on the original node(s); nodes no kernel takes only on ONNX Runtime. What a
 ``session.run`` costs by itself (a one-node Identity session, timed alongside) is recorded, for
-predictions to take off a node that runs inside a model.
+predictions to take off a node that runs inside a model; and each grid network is also timed
+whole (ONNX Runtime's session, the package with every node lowered), for the factor a node
+costs inside a model over its one-node figure (``in_model``).
 
 The file goes to ``<edgeops cache>/calibration/<board>.json`` (never into the repository), with
 its provenance; it is stale, and ignored with a message, once the kernels or the runtime bridge
@@ -36,7 +38,9 @@ DEFAULT_GRID = "full"
 METHOD = ("one-node sessions per fused node of the grid's networks (edgeops.lower.measure: "
           "interleaved blocks, medians); fitted per (side, family, dtype, threads) by "
           "non-negative least squares on relative error; a one-node Identity session's run "
-          "(session_overhead_s) is what predictions take off for a node inside a model")
+          "(session_overhead_s) is what predictions take off for a node inside a model, and "
+          "in_model the factor each side's nodes cost inside a whole model (median over the "
+          "grid's whole models: ONNX Runtime's session, the --lower all package)")
 
 
 def current_keys() -> tuple[str, str]:
@@ -140,6 +144,17 @@ def measure_rows(model, board, threads: int, tag: str = "", advance=lambda: None
     return rows
 
 
+def measure_whole(model, board, threads: int, tag: str) -> dict:
+    """The whole model as ONNX Runtime runs it and as a package with every node lowered that
+    can be (edgeops.lower.measure.measure_model), for the in-model factors."""
+    from edgeops.lower import lower
+    from edgeops.lower.measure import measure_model
+    lw = lower(model, board, mode="all", threads=threads)
+    t = measure_model(lw.source, lw.model, threads)
+    return {"model": tag, "threads": threads, "lowered": sorted(p.node for p in lw.lowered),
+            "package_s": None if t is None else t[0], "ort_s": None if t is None else t[1]}
+
+
 def provenance(board, grid: str, threads, seconds: float, overhead: dict) -> dict:
     import numba
     import onnxruntime
@@ -185,14 +200,17 @@ def calibrate(board: str = "host", *, grid: str = DEFAULT_GRID, threads=(1, 2), 
     models = [(f"{n}:{s}", modelzoo.build(n, size=s)) for n, s in items]
     total = sum(len(plan(m, b)) for _, m in models) * len(threads)
     advance = progress(total) if progress else (lambda: None)
-    rows, overhead = [], {}
+    rows, overhead, wholes = [], {}, []
     for t in threads:
         overhead[str(t)] = _session_overhead(t)
         for tag, m in models:
             rows += measure_rows(m, b, t, tag, advance)
+            wholes.append(measure_whole(m, b, t, tag))
+    entries = cal.fit(rows)
     doc = {"format": cal.FORMAT, "board": b.name,
            "provenance": provenance(b, grid, threads, time.perf_counter() - t0, overhead),
-           "entries": cal.fit(rows), "rows": rows}
+           "entries": entries, "rows": rows, "wholes": wholes,
+           "in_model": cal.in_model_factors(rows, wholes, entries, overhead)}
     if not out:
         target.parent.mkdir(parents=True, exist_ok=True)    # the cache's own directory
     tmp = target.with_name(target.name + ".tmp")

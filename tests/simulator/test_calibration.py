@@ -113,3 +113,33 @@ def test_the_gain_must_clear_both_bands_in_quadrature():
     assert gain == pytest.approx(0.5e-3) and band == pytest.approx(math.hypot(0.2e-3, 0.3e-3))
     assert ok
     assert not C.gain_exceeds_band(ours, C.Estimate(1.2e-3, 0.2, ""))[0]
+
+
+def test_in_model_factors_and_their_use(rng, tmp_path):
+    """Whole models that cost f_o (ONNX Runtime) and f_e (edgeops) times their nodes' one-node
+    figures less the session's own run give back those factors; estimates carry them."""
+    b = boards.load("rpi5")
+    rows = []
+    for m in ("a:1", "b:1", "c:1"):
+        rows += [dict(r, model=m) for r in _rows(b, 1, COEF, rng)]
+    entries = C.fit(rows)
+    ov, f_o, f_e = 5e-6, 1.4, 2.2
+    wholes = []
+    for m in ("a:1", "b:1", "c:1"):
+        mine = [r for r in rows if r["model"] == m]
+        node = lambda side: {r["node"]: float(np.dot(COEF[side], r["x"]))      # noqa: E731
+                             for r in mine if r["side"] == side}
+        e, o = node("edgeops"), node("ort")
+        low = sorted(e)[:2]
+        pkg = ov + f_e * sum(e[n] - ov for n in low) + f_o * sum(o[n] - ov for n in o if n not in low)
+        wholes.append({"model": m, "threads": 1, "lowered": low, "package_s": pkg,
+                       "ort_s": ov + f_o * sum(v - ov for v in o.values())})
+    got = C.in_model_factors(rows, wholes, entries, {"1": ov})["t1"]
+    assert got["ort"] == pytest.approx(f_o, rel=1e-6) and got["edgeops"] == pytest.approx(f_e, rel=1e-6)
+    doc = _doc(b, entries) | {"in_model": {"t1": got},
+                              "provenance": _doc(b, entries)["provenance"] | {
+                                  "session_overhead_s": {"1": ov}}}
+    conv = next(n for n in _sample_nodes() if n.op_type == "Conv")
+    raw = float(np.dot(COEF["ort"], C.features(conv, "ort", b, 1)))
+    assert C.Calibration(b, doc).estimate(conv, "ort", 1).seconds == pytest.approx(
+        f_o * (raw - ov), rel=1e-6)
