@@ -82,8 +82,10 @@ def place(n, ctx, fused=()) -> Placement:
             if wins:
                 p.reason = f"{k.name} predicted faster by more than the bands: {said}"
                 return p
-            q = stay(f"ONNX Runtime kept: predicted gain {_us(gain)} is not above the bands' "
-                     f"{_us(band)}: {k.name} {said}", (p.measured_s, p.measured_peer_s))
+            what = ("ONNX Runtime is predicted faster" if gain <= 0 else
+                    f"predicted gain {_us(gain)}")
+            q = stay(f"ONNX Runtime kept: {what}, not above the bands' {_us(band)}: "
+                     f"{k.name} {said}", (p.measured_s, p.measured_peer_s))
             q.signature = sig
             return q
         q = stay(f"{k.name} has no prediction to compare with ONNX Runtime "
