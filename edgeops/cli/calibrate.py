@@ -5,6 +5,7 @@ docs/notes/calibration.md). ``--to`` runs the grid on a board through deploy's t
 (``local:`` or ``ssh://``; an emulator's times are refused)."""
 from __future__ import annotations
 
+import argparse
 import os
 
 from edgeops.cli.common import console, fmt_s, print_json
@@ -25,14 +26,10 @@ def add(sub):
     p.add_argument("--output", metavar="FILE",
                    help="write here instead of the cache (not read by predictions)")
     p.add_argument("--force", action="store_true", help="let --output / --to replace a file")
-    p.add_argument("--here", action="store_true", help=argparse_hidden())
+    # set by --to on the board: this machine is the board named
+    p.add_argument("--here", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--json", action="store_true", help="one JSON document on stdout (no rows)")
     p.set_defaults(func=run)
-
-
-def argparse_hidden():
-    import argparse
-    return argparse.SUPPRESS
 
 
 def run(args) -> int:
