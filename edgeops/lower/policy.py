@@ -118,7 +118,7 @@ def _estimate(n, side, uncalibrated, ctx, kernel=None):
 
 def kernels_key() -> str:
     """What calibrated figures depend on in edgeops' own code: the neon kernels' sources, the
-    runtime bridge's (edgeops/ort) and edgeops' version."""
+    runtime's (edgeops/ort, the native plans, the thread team) and edgeops' version."""
     import hashlib
     from pathlib import Path
     from edgeops import __version__
@@ -129,8 +129,9 @@ def kernels_key() -> str:
     except Exception:  # noqa: BLE001  (no neon target: nothing of it is measured)
         h.update(b"no-neon")
     import edgeops.ort as ort_pkg
-    for f in sorted(Path(ort_pkg.__file__).parent.glob("*")):
-        if f.suffix in (".py", ".c"):
+    pkg = Path(ort_pkg.__file__).parent
+    for f in sorted(pkg.glob("*")) + [pkg.parent / "plans.py", pkg.parent / "threads.py"]:
+        if f.suffix in (".py", ".c") and f.is_file():
             h.update(f.name.encode())
             h.update(f.read_bytes())
     return h.hexdigest()[:20]
