@@ -81,3 +81,11 @@ def test_e2e_vs_ort_quick(wait):
     for m in doc["models"]:
         (t,) = m["by_threads"]
         assert t["threads"] == 1 and t["ratio"] > 0 and t["max_rel_err"] < 1e-3
+
+
+def test_predict_vs_host_quick():
+    doc = _run("predict_vs_host.py")
+    (m,) = doc["models"]
+    assert m["model"] == "swiglu_mlp:8" and m["rows"]["edgeops"]["rows"] >= 1
+    w = m["whole"]["all"]
+    assert w["lowered"] >= 1 and w["predicted_s"] > 0 and w["measured_s"] > 0

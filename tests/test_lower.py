@@ -67,23 +67,22 @@ def test_none_keeps_the_original_graph(rng):
 
 def test_auto_follows_predictions_and_a_measured_table(rng):
     m = build_sample_model()
+    # no calibration anywhere (the tests' private cache): uncalibrated predictions carry the
+    # default bands, which no predicted gain on the sample clears, and each row says so
     lw = lower(m, "rpi5")
-    assert lw.lowered and len(lw.lowered) < len([p for p in lw.placements if p.signature])
-    for p in lw.placements:
-        if p.target:
-            assert p.latency_s < p.peer_latency_s and "predicted faster" in p.reason
-        elif "predicted faster" in p.reason:
-            assert p.reason.startswith(("ONNX Runtime", "unfused"))
+    assert not lw.lowered
+    judged = [p for p in lw.placements if "not above the bands" in p.reason and p.latency_s]
+    assert judged and all(p.band is not None and p.peer_band is not None for p in judged)
     _same_as_original(lw, _image(rng))
     # a measured table overrides the prediction, both ways
-    won = next(p for p in lw.lowered if p.op == "ai.edgeops::GroupNormAct")
-    lost = next(p for p in lw.placements if not p.target and p.signature and p.op == "MatMul")
-    kernel = "neon.matmul_packed"
+    every = {p.op: p for p in lower(m, "rpi5", mode="all").lowered}
+    won, lost = every["ai.edgeops::GroupNormAct"], every["MatMul"]
     lw2 = lower(m, "rpi5", measured={(won.kernel, won.signature): (2e-3, 1e-3),
-                                     (kernel, lost.signature): (1e-6, 1e-3)})
+                                     (lost.kernel, lost.signature): (1e-6, 1e-3)})
     rows = {p.node: p for p in lw2.placements}
-    assert rows[won.node].target is None and "measured on rpi5" in rows[won.node].reason
-    assert {a for a in won.fused} <= set(rows)          # the chain is back in its parts
+    assert all(rows[a].target is None for a in won.fused)          # the chain is back in its parts
+    assert "measured on rpi5" in rows[sorted(won.fused)[0]].reason or any(
+        "measured on rpi5" in rows[a].reason for a in won.fused)
     assert rows[lost.node].target == "neon" and rows[lost.node].measured_s == 1e-6
     _same_as_original(lw2, _image(rng))
 

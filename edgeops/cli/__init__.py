@@ -11,7 +11,7 @@ from edgeops._version import __version__
 from edgeops.errors import EdgeOpsError
 
 # explicit list of subcommand modules (edgeops/cli/<name>.py), in --help order
-COMMANDS = ["demo", "inspect", "ops", "boards", "tune", "simulate", "sweep", "compile", "run", "quantize",
+COMMANDS = ["demo", "inspect", "ops", "boards", "tune", "calibrate", "simulate", "sweep", "compile", "run", "quantize",
             "inspect_kernel", "deploy", "serve", "infer", "bench", "doctor", "keygen"]
 
 

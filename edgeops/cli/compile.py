@@ -103,7 +103,9 @@ def print_placement(doc: dict) -> None:
         t.add_column(col, **kw)
     for r in rows:
         where = r["where"] if r["target"] else f"[dim]{r['where']}[/dim]"
-        t.add_row(escape(r["node"]), escape(r["op"]), where, fmt_s(r["latency_s"]),
+        band = r.get("band")
+        pred = fmt_s(r["latency_s"]) + (f" ±{band:.0%}" if band is not None and r["latency_s"] else "")
+        t.add_row(escape(r["node"]), escape(r["op"]), where, pred,
                   r["bound"] or "-", escape(r["reason"]))
     c = console()
     c.print(t)

@@ -54,6 +54,9 @@ class Placement:
     signature: str | None = None             # op signature (tuning cache, kernel tables)
     measured_s: float | None = None          # the kernel through the bridge, measured here
     measured_peer_s: float | None = None     # ONNX Runtime on the original node(s), measured
+    band: float | None = None                # latency_s is within +-band (relative), 9 in 10
+    peer_band: float | None = None           # the same for peer_latency_s
+    calibration: str | None = None           # what latency_s was predicted from
     # what latency_s was predicted from (edgeops.pipeline.predict simulates the same), not saved
     prediction: object = field(default=None, repr=False, compare=False)
     planned: object = field(default=None, repr=False, compare=False)     # its Tiling
@@ -149,7 +152,7 @@ def lower(model, board, *, mode: str = "auto", targets=None, shapes=None, plan: 
     for t in targets:
         if t not in KNOWN_TARGETS:
             raise LoweringError(f"unknown target {t!r}; known: {', '.join(KNOWN_TARGETS)}")
-    from edgeops.lower.policy import _where, place, promote_regions, unfuse
+    from edgeops.lower.policy import _where, calibration_for, place, promote_regions, unfuse
     from edgeops.lower.surgery import build, named, provenance
     load_targets()
     for t in targets:
@@ -173,7 +176,8 @@ def lower(model, board, *, mode: str = "auto", targets=None, shapes=None, plan: 
     ctx = SimpleNamespace(board=board, mode=mode, targets=targets, plan=plan, budget=budget,
                           cache=cache, measured={**measured_table(board), **(measured or {})},
                           table=table, src_nodes=src_nodes, opset=src.opsets.get("", 0),
-                          exclude=dict(exclude or {}))
+                          exclude=dict(exclude or {}), threads=threads,
+                          calibration=calibration_for(board))
     origin = provenance(report)
     ctx.regional = {} if (table is not None or ctx.measured) and regions else None
     first: list[tuple[object, Placement | None]] = []

@@ -13,11 +13,14 @@ from edgeops.lower import Placement
 def place(n, ctx, fused=()) -> Placement:
     from edgeops.registry import op_key
     op = op_key(n.op_type, n.domain)
-    peer = _peer(n, ctx.board)
+    theirs_est = _estimate(n, "ort", _peer(n, ctx.board), ctx)
+    peer = theirs_est.seconds if theirs_est is not None else None
 
     def stay(reason, measured=(None, None)):
         return Placement(n.name, op, None, None, reason, peer, None, peer, fused=tuple(fused),
-                         measured_s=measured[0], measured_peer_s=measured[1])
+                         measured_s=measured[0], measured_peer_s=measured[1],
+                         band=_band(theirs_est), peer_band=_band(theirs_est),
+                         calibration=theirs_est.source if theirs_est is not None else None)
     if ctx.mode == "none":
         return stay("--lower none")
     if n.name in ctx.exclude:
@@ -36,10 +39,15 @@ def place(n, ctx, fused=()) -> Placement:
         copies = bridge_copies(n, ctx.board, k.target)[0]
         lat += copies
     sig = _signature(n)
+    ours_est = _estimate(n, "edgeops", lat, ctx, k.name)
+    if ours_est is not None:
+        lat = ours_est.seconds
     p = Placement(n.name, op, k.target, k.name, why, lat, pred.bound if pred else None, peer,
                   tiling.to_json() if tiling is not None and _accepts_tiling(k, tiling) is True
                   else None, tiling.describe() if tiling is not None else None, precision,
-                  tuple(fused), sig, prediction=pred, planned=tiling)
+                  tuple(fused), sig, prediction=pred, planned=tiling, band=_band(ours_est),
+                  peer_band=_band(theirs_est),
+                  calibration=ours_est.source if ours_est is not None else None)
     if ctx.mode == "all":
         p.reason = f"--lower all: {why}"
     elif ctx.board.kind == "npu":
@@ -66,18 +74,83 @@ def place(n, ctx, fused=()) -> Placement:
                 # or a chain stage, which costs less inside a chain than alone (one fused pass)
                 regional[n.name] = Regional(p, alone, ours, theirs, candidate=True)
             return q
-        incl = f" (incl. {_us(copies)} of bridge copies)" if copies else ""
-        if ours is not None and theirs is not None and ours < theirs:
-            p.reason = f"{k.name} {src} faster: {_us(ours)}{incl} vs ONNX Runtime {_us(theirs)}"
-            return p
-        q = stay(f"ONNX Runtime {src} faster: {_us(theirs)} vs {k.name} {_us(ours)}{incl}"
-                 if ours is not None and theirs is not None else
-                 f"{k.name} has no prediction to compare with ONNX Runtime "
+        if ours_est is not None and theirs_est is not None:
+            from edgeops.simulator.calibration import gain_exceeds_band
+            wins, gain, band = gain_exceeds_band(ours_est, theirs_est)
+            said = (f"{_us(ours)} ±{ours_est.band:.0%} vs ONNX Runtime {_us(theirs)} "
+                    f"±{theirs_est.band:.0%} ({ours_est.source})")
+            if wins:
+                p.reason = f"{k.name} predicted faster by more than the bands: {said}"
+                return p
+            what = ("ONNX Runtime is predicted faster" if gain <= 0 else
+                    f"predicted gain {_us(gain)}")
+            q = stay(f"ONNX Runtime kept: {what}, not above the bands' {_us(band)}: "
+                     f"{k.name} {said}", (p.measured_s, p.measured_peer_s))
+            q.signature = sig
+            return q
+        q = stay(f"{k.name} has no prediction to compare with ONNX Runtime "
                  f"({why_plan or 'no peer model'}); the original node stays",
                  (p.measured_s, p.measured_peer_s))
         q.signature = sig
         return q
     return p
+
+
+def _band(est) -> float | None:
+    return None if est is None else est.band
+
+
+def _estimate(n, side, uncalibrated, ctx, kernel=None):
+    """The node's cost on ``side`` ("edgeops" or "ort") with its band: the board's calibration
+    (its own or borrowed, edgeops.simulator.calibration), else the uncalibrated prediction
+    with the default band; None when neither exists."""
+    from edgeops.simulator.calibration import default_estimate
+    cal = getattr(ctx, "calibration", None)
+    if cal is not None and cal.available:
+        try:
+            est = cal.estimate(n, side, getattr(ctx, "threads", None), kernel)
+        except Exception:  # noqa: BLE001  (a node the model cannot describe: uncalibrated)
+            est = None
+        if est is not None:
+            return est
+    return default_estimate(uncalibrated, side)
+
+
+def kernels_key() -> str:
+    """What calibrated figures depend on in edgeops' own code: the neon kernels' sources, the
+    runtime's (edgeops/ort, the native plans, the thread team) and edgeops' version."""
+    import hashlib
+    from pathlib import Path
+    from edgeops import __version__
+    h = hashlib.sha256(__version__.encode())
+    try:
+        from edgeops.targets.neon import _cache
+        h.update(_cache.sources_hash().encode())
+    except Exception:  # noqa: BLE001  (no neon target: nothing of it is measured)
+        h.update(b"no-neon")
+    import edgeops.ort as ort_pkg
+    pkg = Path(ort_pkg.__file__).parent
+    for f in sorted(pkg.glob("*")) + [pkg.parent / "plans.py", pkg.parent / "threads.py"]:
+        if f.suffix in (".py", ".c") and f.is_file():
+            h.update(f.name.encode())
+            h.update(f.read_bytes())
+    return h.hexdigest()[:20]
+
+
+def machine_key() -> str:
+    """This machine and the measuring process's settings (edgeops.lower.measure.machine)."""
+    import hashlib
+    import json
+    from edgeops.lower.measure import machine
+    return hashlib.sha256(json.dumps(machine(), sort_keys=True).encode()).hexdigest()[:20]
+
+
+def calibration_for(board):
+    """The calibration ``board`` predicts with here (its own, borrowed, or none)."""
+    from edgeops.simulator import calibration
+    if board.kind == "npu" or board.peer is None:
+        return calibration.Calibration(board, None, why=f"{board.kind} boards are not calibrated")
+    return calibration.load(board, kernels=kernels_key(), machine=machine_key())
 
 
 def _where(ctx) -> str:
@@ -194,7 +267,10 @@ def unfuse(p: Placement, originals, ctx) -> list:
                           None, p.peer_latency_s if i == 0 else 0.0,
                           signature=p.signature if i == 0 else None,
                           measured_s=p.measured_s if i == 0 else None,
-                          measured_peer_s=p.measured_peer_s if i == 0 else None)
+                          measured_peer_s=p.measured_peer_s if i == 0 else None,
+                          band=p.peer_band if i == 0 else None,
+                          peer_band=p.peer_band if i == 0 else None,
+                          calibration=p.calibration if i == 0 and p.target is None else None)
         else:
             q = place(sn, ctx)
         q.reason = f"unfused from {p.op} {p.node!r} ({p.reason})" + (f"; {q.reason}" if q.reason else "")

@@ -44,7 +44,8 @@ def simulate_compiled(model, board, *, mode: str = "auto", shapes=None, targets=
         if p.target is None:
             lat = base.latency_s if p.latency_s is None else p.latency_s
             costs[n.name] = replace(base, model="onnxruntime", latency_s=lat, busy_s={},
-                                    note="ONNX Runtime: its predicted latency (simulator.peer)"
+                                    note=(f"ONNX Runtime: {p.calibration}" if p.calibration else
+                                          "ONNX Runtime: its predicted latency (simulator.peer)")
                                     if p.latency_s is not None else base.note)
             continue
         pred = getattr(p, "prediction", None)
@@ -56,7 +57,14 @@ def simulate_compiled(model, board, *, mode: str = "auto", shapes=None, targets=
         c = tiled_cost(pred, decomposition=t.decomposition, tiling=t.to_dict(),
                        tiling_desc=t.describe(), signature=p.signature, dtype=p.precision)
         cs, nb = bridge_copies(n, b, p.target)
-        costs[n.name] = with_copies(c, nb, cs) if nb else c
+        c = with_copies(c, nb, cs) if nb else c
+        if p.calibration and p.latency_s is not None and c.latency_s > 0:
+            # the placement's calibrated time (edgeops.simulator.calibration); busy tracks
+            # keep the tiling's shares
+            f = p.latency_s / c.latency_s
+            c = replace(c, latency_s=p.latency_s, busy_s={k: v * f for k, v in c.busy_s.items()},
+                        note=f"calibrated: {p.calibration}")
+        costs[n.name] = c
     sim = simulate_graph(g, b, costs, target=target, cast=cast, peer=False, copies=False,
                          title=name)
     for r in sim.rows:

@@ -40,7 +40,10 @@ def test_compile_json(capsys, model_path, tmp_path):
     assert doc["predicted_latency_s"] > 0 and doc["files"].keys() == {"model.onnx", "reference.npz"}
     row = doc["placement"][0]
     assert {"node", "op", "where", "reason", "latency_s", "bound", "kernel"} <= set(row)
-    assert {r["where"] for r in doc["placement"]} == {"neon", "ONNX Runtime"}
+    # rpi5 has no calibration here: uncalibrated predictions carry the default bands, which
+    # the sample's predicted gains do not clear (docs/notes/calibration.md)
+    assert {r["where"] for r in doc["placement"]} == {"ONNX Runtime"}
+    assert any("not above the bands" in r["reason"] and r["band"] for r in doc["placement"])
 
 
 def test_compile_human_report_and_refusals(capsys, model_path, tmp_path):

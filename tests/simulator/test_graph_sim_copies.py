@@ -115,8 +115,8 @@ def test_cpu_bridge_copies_activations_not_held_constants(board, rows):
 
 
 def test_lowering_charges_the_bridge_copies_to_the_kernel():
-    """rpi5 (predicted): a lowered node's latency is its kernel's tuned prediction plus its
-    bridge copies, and an auto placement says how much of it the copies are."""
+    """rpi5 (predicted, uncalibrated): a lowered node's latency is its kernel's tuned prediction
+    plus its bridge copies."""
     from edgeops import boards
     from edgeops.lower import lower
     from edgeops.simulator.graph import bridge_copies
@@ -124,14 +124,11 @@ def test_lowering_charges_the_bridge_copies_to_the_kernel():
     m = build_sample_model()
     fused = graph.load(run_passes(m)[0], check=False)
     b = boards.load("rpi5")
-    auto = {q.node: q for q in lower(m, "rpi5").placements}
     checked = 0
     for p in lower(m, "rpi5", mode="all").lowered:
         n = fused.node(p.node)
         c, _ = bridge_copies(n, b, p.target)
         entry, _ = tune(space_from_node(n), b, target=p.target)
         assert c > 0 and p.latency_s == pytest.approx(entry["prediction"]["latency_s"] + c)
-        if auto[p.node].target:
-            assert f"incl. {c * 1e6:.1f} us of bridge copies" in auto[p.node].reason
-            checked += 1
+        checked += 1
     assert checked
