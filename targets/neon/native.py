@@ -236,10 +236,23 @@ def entry(name: str) -> int:
 
 
 def warm() -> None:
-    """Compile (or load) every entry now: while a session is made, not inside a run."""
+    """Compile (or load) every entry now."""
     for name in _BODIES:
         entry(name)
     norms.chain_entry()
+
+
+def warmer(*names):
+    """A kernel's :attr:`~edgeops.registry.Kernel.plans` hook: compile (or load) the entries
+    its steps use, while a session is made, not inside a run (only those: a cold Numba cache
+    compiles each entry with the kernels it inlines, tens of seconds apiece)."""
+    def warm_these():
+        for name in names:
+            if name == "neon.norm_chain":
+                norms.chain_entry()
+            else:
+                entry(name)
+    return warm_these
 
 
 # ---- preparing steps -------------------------------------------------------------------------

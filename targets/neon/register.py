@@ -52,7 +52,7 @@ def _act_of(attrs) -> tuple[int, float, float]:
 # ---- GEMM / MatMul --------------------------------------------------------------------------
 
 @register_kernel("Gemm", T, dtypes=FP32, name="neon.gemm_packed", priority=10,
-                 plans=native.warm,
+                 plans=native.warmer("neon.gemm"),
                  native=lambda xs, attrs, *, threads, held, tiling=None, **_:
                  native.gemm_node_step(xs, attrs, held, threads, tiling))
 def _gemm(inputs, attrs, tiling=None):
@@ -64,7 +64,7 @@ def _gemm(inputs, attrs, tiling=None):
 
 
 @register_kernel("MatMul", T, dtypes=FP32, name="neon.matmul_packed", priority=10,
-                 plans=native.warm,
+                 plans=native.warmer("neon.gemm"),
                  native=lambda xs, attrs, *, threads, held, tiling=None, **_:
                  native.matmul_step(xs[0], xs[1], held, threads, tiling))
 def _matmul(inputs, attrs, tiling=None):
@@ -113,14 +113,14 @@ def _conv_native(kind):
 def _register_conv(op: str, suffix: str, doc: str):
     @register_kernel(op, T, dtypes=FP32, predicate=_depthwise_pred, priority=30,
                      name=f"neon.{suffix}_depthwise", doc=f"{doc}: direct depthwise",
-                     plans=native.warm, native=_conv_native("depthwise"))
+                     plans=native.warmer("neon.depthwise"), native=_conv_native("depthwise"))
     def _dw(inputs, attrs, tiling=None):
         x, w, b = _conv_inputs(inputs)
         return [conv2d_depthwise(x, w, b, geom_from_attrs(x.shape, w.shape, attrs), _act_of(attrs))]
 
     @register_kernel(op, T, dtypes=FP32, predicate=_winograd_pred, priority=20,
                      name=f"neon.{suffix}_winograd", doc=f"{doc}: Winograd F(2x2,3x3)",
-                     plans=native.warm, native=_conv_native("winograd"))
+                     plans=native.warmer("neon.winograd"), native=_conv_native("winograd"))
     def _wino(inputs, attrs, tiling=None):
         x, w, b = _conv_inputs(inputs)
         return [conv2d_winograd(x, w, b, geom_from_attrs(x.shape, w.shape, attrs),
@@ -128,7 +128,8 @@ def _register_conv(op: str, suffix: str, doc: str):
 
     @register_kernel(op, T, dtypes=FP32, predicate=_im2col_pred, priority=10,
                      name=f"neon.{suffix}_im2col", doc=f"{doc}: im2col + packed GEMM",
-                     plans=native.warm, native=_conv_native("im2col"))
+                     plans=native.warmer("neon.conv_im2col", "neon.gemm"),
+                     native=_conv_native("im2col"))
     def _i2c(inputs, attrs, tiling=None):
         x, w, b = _conv_inputs(inputs)
         return [conv2d_im2col(x, w, b, geom_from_attrs(x.shape, w.shape, attrs),
@@ -142,7 +143,7 @@ _register_conv("ai.edgeops::ConvBnAct", "conv_bn_act", "ConvBnAct, activation fu
 # ---- memory-bound chains ------------------------------------------------------------------
 
 @register_kernel("ai.edgeops::SwiGLU", T, dtypes=FP32, name="neon.swiglu_fused", priority=10,
-                 plans=native.warm,
+                 plans=native.warmer("neon.swiglu"),
                  native=lambda xs, attrs, *, threads, held, tiling=None, **_:
                  native.swiglu_step(xs, held, threads, tiling))
 def _swiglu(inputs, attrs, tiling=None):
@@ -209,7 +210,7 @@ def _gn_stage(inputs, attrs, shape):
 
 
 @register_kernel("LayerNormalization", T, dtypes=FP32, name="neon.layernorm", priority=10,
-                 stage=_ln_stage, plans=native.warm,
+                 stage=_ln_stage, plans=native.warmer("neon.norm_chain"),
                  native=partial(_norm_native, _ln_stage))
 def _layernorm(inputs, attrs, tiling=None, state=None):
     """LayerNorm, one read for statistics and one fused normalise pass."""
@@ -219,7 +220,7 @@ def _layernorm(inputs, attrs, tiling=None, state=None):
 
 
 @register_kernel("ai.edgeops::LayerNormGelu", T, dtypes=FP32, name="neon.layernorm_gelu",
-                 priority=10, stage=_ln_stage, plans=native.warm,
+                 priority=10, stage=_ln_stage, plans=native.warmer("neon.norm_chain"),
                  native=partial(_norm_native, _ln_stage))
 def _layernorm_gelu(inputs, attrs, tiling=None, state=None):
     """LayerNorm + GELU (erf or tanh) in one pass."""
@@ -229,7 +230,7 @@ def _layernorm_gelu(inputs, attrs, tiling=None, state=None):
 
 
 @register_kernel("GroupNormalization", T, dtypes=FP32, name="neon.groupnorm", priority=10,
-                 stage=_gn_stage, plans=native.warm,
+                 stage=_gn_stage, plans=native.warmer("neon.norm_chain"),
                  native=partial(_norm_native, _gn_stage))
 def _groupnorm(inputs, attrs, tiling=None, state=None):
     """GroupNorm, per (image, group) statistics then one fused pass."""
@@ -238,7 +239,7 @@ def _groupnorm(inputs, attrs, tiling=None, state=None):
 
 
 @register_kernel("ai.edgeops::GroupNormAct", T, dtypes=FP32, name="neon.groupnorm_act",
-                 priority=10, stage=_gn_stage, plans=native.warm,
+                 priority=10, stage=_gn_stage, plans=native.warmer("neon.norm_chain"),
                  native=partial(_norm_native, _gn_stage))
 def _groupnorm_act(inputs, attrs, tiling=None, state=None):
     """GroupNorm + SiLU in one pass."""
@@ -247,7 +248,8 @@ def _groupnorm_act(inputs, attrs, tiling=None, state=None):
         attrs["activation"]))
 
 
-@register_kernel("Softmax", T, dtypes=FP32, name="neon.softmax", priority=10, plans=native.warm,
+@register_kernel("Softmax", T, dtypes=FP32, name="neon.softmax", priority=10,
+                 plans=native.warmer("neon.softmax"),
                  native=lambda xs, attrs, *, threads, **_: native.softmax_step(
                      xs[0], attrs["axis"], threads))
 def _softmax(inputs, attrs, tiling=None):
@@ -263,7 +265,7 @@ def _pool_pred(node):
 
 
 @register_kernel("MaxPool", T, dtypes=FP32, predicate=_pool_pred, name="neon.maxpool", priority=10,
-                 plans=native.warm, native=lambda xs, attrs, *, threads, **_:
+                 plans=native.warmer("neon.pool"), native=lambda xs, attrs, *, threads, **_:
                  native.pool_step(xs[0], "max", attrs, threads))
 def _maxpool(inputs, attrs, tiling=None):
     """2-D max pooling (pads, strides, dilations, ceil_mode)."""
@@ -271,7 +273,8 @@ def _maxpool(inputs, attrs, tiling=None):
 
 
 @register_kernel("AveragePool", T, dtypes=FP32, predicate=_pool_pred, name="neon.avgpool",
-                 priority=10, plans=native.warm, native=lambda xs, attrs, *, threads, **_:
+                 priority=10, plans=native.warmer("neon.pool"),
+                 native=lambda xs, attrs, *, threads, **_:
                  native.pool_step(xs[0], "avg", attrs, threads))
 def _avgpool(inputs, attrs, tiling=None):
     """2-D average pooling (count_include_pad, ceil_mode)."""
@@ -279,7 +282,7 @@ def _avgpool(inputs, attrs, tiling=None):
 
 
 @register_kernel("GlobalAveragePool", T, dtypes=FP32, name="neon.global_avgpool", priority=10,
-                 plans=native.warm,
+                 plans=native.warmer("neon.gap"),
                  native=lambda xs, attrs, *, threads, **_: native.gap_step(xs[0], threads))
 def _gap(inputs, attrs, tiling=None):
     """Mean over the spatial axes."""
@@ -291,7 +294,7 @@ def _register_unary(op: str, steps):
         return native.act_step(xs[0], steps(attrs), threads)
 
     @register_kernel(op, T, dtypes=FP32, name=f"neon.{op.lower()}", priority=10,
-                     doc=f"{op} as a one-pass activation chain", plans=native.warm,
+                     doc=f"{op} as a one-pass activation chain", plans=native.warmer("neon.act"),
                      native=_native)
     def _unary(inputs, attrs, tiling=None):
         return [eltwise.chain(inputs[0], steps(attrs))]
@@ -324,7 +327,7 @@ def _register_binary(op: str):
 
     @register_kernel(op, T, dtypes=FP32, name=f"neon.{op.lower()}", priority=10,
                      doc=f"{op} with broadcasting (fast path: same shape, scalar, per-channel)",
-                     plans=native.warm, native=_native)
+                     plans=native.warmer("neon.binary"), native=_native)
     def _bin(inputs, attrs, tiling=None):
         return [eltwise.binary(inputs[0], inputs[1], op)]
 
@@ -333,7 +336,8 @@ for _op in ("Add", "Sub", "Mul", "Div"):
     _register_binary(_op)
 
 
-@register_kernel("Identity", T, dtypes=FP32, name="neon.identity", priority=10, plans=native.warm,
+@register_kernel("Identity", T, dtypes=FP32, name="neon.identity", priority=10,
+                 plans=native.warmer("neon.copy"),
                  native=lambda xs, attrs, **_: native.copy_step(xs[0]))
 def _identity(inputs, attrs, tiling=None):
     """Identity: one copy (the output is a new tensor)."""
