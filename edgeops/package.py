@@ -75,7 +75,8 @@ class Package:
         rt = self.manifest["runtime"]
         t = threads if threads is not None else rt["threads"]
         self.apply_wait_policy()
-        return session(self.model_path, target="reference", threads=t, fallback=rt.get("fallback"))
+        return session(self.model_path, target="reference", threads=t, fallback=rt.get("fallback"),
+                       prepare_programs=True)
 
     def apply_wait_policy(self) -> str:
         """Run this process's OpenMP with the wait policy the package was measured with

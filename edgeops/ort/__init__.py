@@ -416,11 +416,14 @@ def _load(src):
 
 
 def session(model_or_path, target: str = "reference", providers: Sequence[str] | None = None, *,
-            threads: int | None = None, session_options=None, fallback: dict | None = None):
+            threads: int | None = None, session_options=None, fallback: dict | None = None,
+            prepare_programs: bool = False):
     """An ``onnxruntime.InferenceSession`` for a model (ModelProto, bytes, .onnx path or package
     directory) with edgeops' ops registered and the model prepared for ``target`` (and the
     ``fallback`` rules, see :func:`prepare`). Its ``run`` raises KernelRuntimeError when a
-    kernel failed during that run (and no fallback rule covered it)."""
+    kernel failed during that run (and no fallback rule covered it). ``prepare_programs``: run
+    it once on zeros now when its inputs are static, so its nodes are native programs before
+    the first real call (package sessions do)."""
     model = _load(model_or_path)
     providers = list(providers or ["CPUExecutionProvider"])
     from edgeops.ops import EDGEOPS_DOMAIN
@@ -443,7 +446,7 @@ def session(model_or_path, target: str = "reference", providers: Sequence[str] |
         if adopted:
             native.register(so)
         sess = session_class()(model.SerializeToString(), so, providers=providers)
-        if adopted and native.plans_wanted():   # nodes become native programs now, not in a run
+        if prepare_programs and adopted and native.plans_wanted():   # programs now, not in a run
             native.prepare_programs(sess)
     except BaseException:
         release(holds)

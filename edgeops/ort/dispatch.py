@@ -88,6 +88,7 @@ class _Dispatch:
         self._reference = f"reference.{self.od.name}"     # the op's numpy reference kernel
         self.state: dict = {}
         self.fell_back = False    # its kernel failed once: never a native step
+        self._held_set = frozenset(self.held)
 
     def inputs(self, inputs) -> list:
         """The kernel's inputs from the bridge's: absent ones None, held constants put back."""
@@ -140,6 +141,8 @@ class _Dispatch:
             kw["board"] = self.board
         if _takes(k.fn, "state"):
             kw["state"] = self.state
+        if _takes(k.fn, "held"):          # which inputs are held constants (the same each call)
+            kw["held"] = self._held_set
         outs = k.fn(xs, self.attrs, **kw)
         return [outs] if isinstance(outs, np.ndarray) else outs
 

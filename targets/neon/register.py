@@ -185,16 +185,12 @@ def _chain_of(xs, attrs, state, stage):
     return ch
 
 
-def _held_params(xs) -> bool:
-    """Whether the parameters are read-only arrays, as held constants are (the same every call:
-    the node's chain may keep them)."""
-    return all(not x.flags.writeable for x in xs[1:] if x is not None)
-
-
-def _norm_node(xs, attrs, state, stage, direct):
-    """A lone norm node: its one-stage chain when the parameters are held (what its native
-    step runs: the same bits either way), else ``direct()``."""
-    if state is not None and _held_params(xs) and xs[0].dtype == np.float32:
+def _norm_node(xs, attrs, state, stage, direct, held=None):
+    """A lone norm node: its one-stage chain when the parameters are held constants (the same
+    every call: the chain keeps them; what its native step runs, so the same bits either way),
+    else ``direct()``."""
+    if (state is not None and held is not None and xs[0].dtype == np.float32
+            and all(i in held for i in range(1, len(xs)) if xs[i] is not None)):
         return [_chain_of(xs, attrs, state, stage)(np.ascontiguousarray(xs[0]))[-1]]
     return [direct()]
 
@@ -212,40 +208,40 @@ def _gn_stage(inputs, attrs, shape):
 @register_kernel("LayerNormalization", T, dtypes=FP32, name="neon.layernorm", priority=10,
                  stage=_ln_stage, plans=native.warmer("neon.norm_chain"),
                  native=partial(_norm_native, _ln_stage))
-def _layernorm(inputs, attrs, tiling=None, state=None):
+def _layernorm(inputs, attrs, tiling=None, state=None, held=None):
     """LayerNorm, one read for statistics and one fused normalise pass."""
     b = inputs[2] if len(inputs) > 2 else None
     return _norm_node(inputs, attrs, state, _ln_stage, lambda: norms.layernorm(
-        inputs[0], inputs[1], b, attrs["axis"], attrs["epsilon"]))
+        inputs[0], inputs[1], b, attrs["axis"], attrs["epsilon"]), held)
 
 
 @register_kernel("ai.edgeops::LayerNormGelu", T, dtypes=FP32, name="neon.layernorm_gelu",
                  priority=10, stage=_ln_stage, plans=native.warmer("neon.norm_chain"),
                  native=partial(_norm_native, _ln_stage))
-def _layernorm_gelu(inputs, attrs, tiling=None, state=None):
+def _layernorm_gelu(inputs, attrs, tiling=None, state=None, held=None):
     """LayerNorm + GELU (erf or tanh) in one pass."""
     b = inputs[2] if len(inputs) > 2 else None
     return _norm_node(inputs, attrs, state, _ln_stage, lambda: norms.layernorm(
-        inputs[0], inputs[1], b, attrs["axis"], attrs["epsilon"], _gelu(attrs)))
+        inputs[0], inputs[1], b, attrs["axis"], attrs["epsilon"], _gelu(attrs)), held)
 
 
 @register_kernel("GroupNormalization", T, dtypes=FP32, name="neon.groupnorm", priority=10,
                  stage=_gn_stage, plans=native.warmer("neon.norm_chain"),
                  native=partial(_norm_native, _gn_stage))
-def _groupnorm(inputs, attrs, tiling=None, state=None):
+def _groupnorm(inputs, attrs, tiling=None, state=None, held=None):
     """GroupNorm, per (image, group) statistics then one fused pass."""
     return _norm_node(inputs, attrs, state, _gn_stage, lambda: norms.groupnorm(
-        inputs[0], inputs[1], inputs[2], attrs["num_groups"], attrs["epsilon"]))
+        inputs[0], inputs[1], inputs[2], attrs["num_groups"], attrs["epsilon"]), held)
 
 
 @register_kernel("ai.edgeops::GroupNormAct", T, dtypes=FP32, name="neon.groupnorm_act",
                  priority=10, stage=_gn_stage, plans=native.warmer("neon.norm_chain"),
                  native=partial(_norm_native, _gn_stage))
-def _groupnorm_act(inputs, attrs, tiling=None, state=None):
+def _groupnorm_act(inputs, attrs, tiling=None, state=None, held=None):
     """GroupNorm + SiLU in one pass."""
     return _norm_node(inputs, attrs, state, _gn_stage, lambda: norms.groupnorm(
         inputs[0], inputs[1], inputs[2], attrs["num_groups"], attrs["epsilon"],
-        attrs["activation"]))
+        attrs["activation"]), held)
 
 
 @register_kernel("Softmax", T, dtypes=FP32, name="neon.softmax", priority=10,
