@@ -35,7 +35,8 @@ def test_npz_and_npy_folder(tmp_path):
 
 
 def test_images_mean_std_layout(tmp_path):
-    PIL = pytest.importorskip("PIL.Image")
+    PIL = pytest.importorskip(
+        "PIL.Image", reason="image folders need the images extra (Pillow); make test installs it")
     rng = np.random.default_rng(1)
     px = rng.integers(0, 256, (17, 19, 3), dtype=np.uint8)   # H x W x C
     PIL.fromarray(px).save(tmp_path / "a.png")
@@ -118,7 +119,8 @@ def test_quantize_model_with_batch_2_from_npz(tmp_path):
 
 
 def test_images_crop_and_batches(tmp_path):
-    PIL = pytest.importorskip("PIL.Image")
+    PIL = pytest.importorskip(
+        "PIL.Image", reason="image folders need the images extra (Pillow); make test installs it")
     rng = np.random.default_rng(4)
     pics = [rng.integers(0, 256, (12, 20, 3), dtype=np.uint8) for _ in range(5)]   # H 12, W 20
     for i, px in enumerate(pics):
