@@ -31,6 +31,48 @@ ELEMENT_TYPES = {"float32": 1, "uint8": 2, "int8": 3, "int32": 6}
 ALIGN = 64
 
 
+# How a step with a Split runs (native.c's RUN_*): as prepared, cut on ONNX Runtime's intra-op
+# pool, or timed both ways on its first calls (while the session is made) and fixed to the faster
+PREPARED, ORT_POOL, TRIAL = 0, 1, 2
+
+
+@dataclass(eq=False)
+class Split:
+    """How the runtime may cut a step into chunks for ONNX Runtime's intra-op pool
+    (``KernelContext_ParallelFor``) instead of the kernel's own Numba team: ``units`` (elements,
+    rows) in chunks of whole ``grain``s, each one entry call with ``values`` (word
+    ``count_word`` set to the chunk's units) and every arg advanced ``strides[k]`` bytes a unit.
+    ``key``: what the per-machine choice between the ways is kept under
+    (:mod:`edgeops.threads`); ``mode``: one of PREPARED, ORT_POOL, TRIAL."""
+    units: int
+    count_word: int
+    grain: int
+    strides: tuple[int, ...]
+    values: np.ndarray
+    key: str
+    chunks: int = 1
+    mode: int = TRIAL
+
+    def __post_init__(self):
+        self.values = np.ascontiguousarray(self.values, np.int64)
+        if not 0 <= self.count_word < self.values.size:
+            raise ValueError("a split's count word must be one of its values")
+
+    def chunk_values(self):
+        """(first unit, values) of each chunk, as native.c's split_chunk cuts them."""
+        per = -(-self.units // self.chunks)
+        per = -(-per // self.grain) * self.grain
+        for start in range(0, self.units, per):
+            v = self.values.copy()
+            v[self.count_word] = min(per, self.units - start)
+            yield start, v
+
+    def describe(self) -> dict:
+        return {"units": self.units, "count_word": self.count_word, "grain": self.grain,
+                "strides": list(self.strides), "values": self.values.tolist(),
+                "chunks": self.chunks, "mode": self.mode}
+
+
 @dataclass(eq=False)
 class NativeStep:
     entry: str                      # the entry's stable name, e.g. "neon.binary"
@@ -43,6 +85,7 @@ class NativeStep:
     scratch: int = 0                # bytes the entry needs besides its arguments
     threads: int = 1                # the thread team it runs on (fixed when prepared)
     keep: Any = None                # objects the arrays' memory belongs to
+    split: Split | None = None      # how it may run on ONNX Runtime's pool instead
 
     def __post_init__(self):
         for a in self.arrays:
@@ -66,13 +109,18 @@ class NativeStep:
                 "outputs": [[d, list(s)] for d, s in self.outputs],
                 "values": self.values.tolist(),
                 "arrays": [[str(a.dtype), list(a.shape)] for a in self.arrays],
-                "scratch": self.scratch, "threads": self.threads}
+                "scratch": self.scratch, "threads": self.threads,
+                "split": None if self.split is None else self.split.describe()}
 
-    def run(self, *inputs: np.ndarray) -> list[np.ndarray]:
-        """Run the step from Python (the debug path): the same compiled entry the bridge calls."""
+    def run(self, *inputs: np.ndarray, split: bool = False) -> list[np.ndarray]:
+        """Run the step from Python (the debug path): the same compiled entry the bridge calls;
+        ``split``: cut as the runtime cuts it for ONNX Runtime's pool (its chunks one after
+        another, on a one-thread team, as each of the pool's threads runs one)."""
         if len(inputs) != len(self.inputs):
             raise ValueError(f"native step {self.entry}: {len(inputs)} inputs for "
                              f"{len(self.inputs)}")
+        if split and self.split is None:
+            raise ValueError(f"native step {self.entry} cannot be cut")
         xs = []
         for x, (dt, shape) in zip(inputs, self.inputs):
             x = np.ascontiguousarray(x, dt)
@@ -84,19 +132,24 @@ class NativeStep:
         scratch = np.empty(self.scratch + ALIGN, np.uint8)
         s0 = scratch.ctypes.data
         s0 += (-s0) % ALIGN
-        args = np.array([a.ctypes.data for a in (*xs, *ys)] or [0], np.uintp)
+        base = [a.ctypes.data for a in (*xs, *ys)]
+        calls = [(base, self.values, self.threads)]
+        if split:
+            calls = [([p + start * st for p, st in zip(base, self.split.strides)], v, 1)
+                     for start, v in self.split.chunk_values()]
         import numba     # the team, as the runtime sets it around the step
         before = numba.get_num_threads()
-        if self.threads and self.threads != before:
-            numba.set_num_threads(self.threads)
-        try:
-            rc = _entry(self.address)(args.ctypes.data, self.pointers.ctypes.data,
-                                      self.values.ctypes.data, s0)
-        finally:
-            if self.threads and self.threads != before:
+        for ptrs, values, team in calls:
+            args = np.array(ptrs or [0], np.uintp)
+            if team and team != numba.get_num_threads():
+                numba.set_num_threads(team)
+            try:
+                rc = _entry(self.address)(args.ctypes.data, self.pointers.ctypes.data,
+                                          values.ctypes.data, 0 if split else s0)
+            finally:
                 numba.set_num_threads(before)
-        if rc != 0:
-            raise RuntimeError(f"native step {self.entry} returned {rc}")
+            if rc != 0:
+                raise RuntimeError(f"native step {self.entry} returned {rc}")
         return ys
 
 
@@ -122,6 +175,9 @@ def entry_signature():
 def prepare_numba() -> None:
     """Start Numba's threading layer before a cached entry is loaded: an entry that calls
     parallel kernels, loaded from Numba's disk cache before the layer has registered its symbols
-    with LLVM, fails to link (``Symbol not found: allocate_sched``) or crashes."""
+    with LLVM, fails to link (``Symbol not found: allocate_sched``) or crashes. The layer is the
+    one edgeops.threads pinned (OpenMP or TBB: safe under concurrent launches)."""
     from numba.np.ufunc import parallel
+    from edgeops.threads import pin_layer
+    pin_layer()
     parallel._launch_threads()

@@ -6,6 +6,7 @@ is faster and immune to that (figures: docs/notes/threads.md).
 """
 from __future__ import annotations
 
+import os
 import time
 from collections import deque
 from contextlib import contextmanager
@@ -262,3 +263,130 @@ def alone_or_pool(key, elements: int):
             yield
     if tc is not None:
         tc.record(threads, par, time.perf_counter() - t)
+
+
+# ---- the per-machine record of thread decisions ----------------------------------------------
+# A native step's way of using threads (its Numba team alone or pooled; ONNX Runtime's intra-op
+# pool for a step that can be cut) is decided while a session is made, by timing it on this
+# machine the first time, then kept here: later sessions read it and time nothing, and nothing is
+# re-timed while serving. One file per machine (CPU, cores, threading layer, ONNX Runtime), as
+# ONNX Runtime's TunableOp keeps its tuning results.
+
+DECISIONS_ENV = "EDGEOPS_THREAD_DECISIONS"   # "off": time every session; "ort"/"numba": force
+_decisions: dict | None = None
+_DECISIONS_FORMAT = 1
+
+
+def layer() -> str:
+    """The Numba threading layer edgeops pinned (see :func:`pin_layer`), once it is started."""
+    try:
+        return numba.threading_layer()
+    except ValueError:            # not started yet
+        return str(numba.config.THREADING_LAYER)
+
+
+def pin_layer() -> str:
+    """Pin Numba's threading layer to one that takes parallel launches from several threads at
+    once (GNU or LLVM OpenMP, else TBB): its ``default`` falls back to ``workqueue``, which
+    aborts the process under concurrent launches (a session run from several threads). A user's
+    own ``NUMBA_THREADING_LAYER`` stands. Returns the layer asked for; call before the layer
+    starts (edgeops.plans.prepare_numba starts it and checks what it got)."""
+    if os.environ.get("NUMBA_THREADING_LAYER") or _par._is_initialized:
+        return str(numba.config.THREADING_LAYER)
+    for name, module in (("omp", "omppool"), ("tbb", "tbbpool")):
+        try:
+            __import__(f"numba.np.ufunc.{module}")
+        except ImportError:       # e.g. libtbb missing
+            continue
+        numba.config.THREADING_LAYER = name
+        return name
+    return str(numba.config.THREADING_LAYER)
+
+
+def pool_safe() -> bool:
+    """Whether kernels may launch Numba's pool from a session run on several threads: not on
+    ``workqueue`` (what an unpinned layer falls back to without OpenMP or TBB)."""
+    return layer() != "workqueue"
+
+
+def _machine_key() -> str:
+    import hashlib
+    import platform
+    cpu = ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")),
+                       "")
+    except OSError:
+        pass
+    try:
+        import onnxruntime
+        ort = onnxruntime.__version__
+    except ImportError:
+        ort = ""
+    what = "|".join([platform.machine(), cpu, str(os.cpu_count()), layer(), ort,
+                     numba.__version__, str(_DECISIONS_FORMAT)])
+    return hashlib.sha256(what.encode()).hexdigest()[:16]
+
+
+def _decisions_path():
+    from edgeops import cache
+    return cache.root() / "threads" / f"decisions-{_machine_key()}.json"
+
+
+def _load_decisions() -> dict:
+    global _decisions
+    if _decisions is None:
+        import json
+        try:
+            _decisions = json.loads(_decisions_path().read_text())
+            if not isinstance(_decisions, dict):
+                _decisions = {}
+        except (OSError, ValueError):
+            _decisions = {}
+    return _decisions
+
+
+def decision(key: str, threads: int):
+    """What this machine decided for ``key`` (a kernel family and size class) at ``threads``:
+    a string the caller stored, or None (not decided yet, or decisions are off)."""
+    if os.environ.get(DECISIONS_ENV) == "off":
+        return None
+    return _load_decisions().get(f"{key}@{threads}")
+
+
+def forced_pool() -> bool | None:
+    """``EDGEOPS_THREAD_DECISIONS=ort`` / ``numba``: every step that can be cut runs on ONNX
+    Runtime's pool / on its prepared Numba team (benchmarks and tests compare the two)."""
+    v = os.environ.get(DECISIONS_ENV)
+    return True if v == "ort" else False if v == "numba" else None
+
+
+def remember(key: str, threads: int, value: str) -> None:
+    """Keep a decision for later sessions (the file is rewritten whole, atomically; a lost
+    update under a race between processes only means one more timing later)."""
+    if os.environ.get(DECISIONS_ENV) in ("off", "ort", "numba"):
+        return
+    d = _load_decisions()
+    if d.get(f"{key}@{threads}") == value:
+        return
+    d[f"{key}@{threads}"] = value
+    import json
+    import tempfile
+    path = _decisions_path()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+        with os.fdopen(fd, "w") as f:
+            json.dump(d, f, indent=0, sort_keys=True)
+        os.replace(tmp, path)
+    except OSError:               # an unwritable cache: decide again next time
+        pass
+
+
+def size_class(n: int) -> int:
+    """The power of two at or below ``n``: decisions are kept per size class, not per shape."""
+    return max(0, int(n).bit_length() - 1)
+
+
+pin_layer()     # before any kernel of this process can start the layer

@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <pthread.h>
+#include <time.h>
 
 typedef struct OrtStatus OrtStatus;
 typedef void *Slot;          /* one OrtApi entry: a function pointer, cast where called */
@@ -40,6 +41,7 @@ enum {
   S_KernelContext_GetOutput = 91,
   S_ReleaseStatus = 93,
   S_ReleaseTensorTypeAndShapeInfo = 99,
+  S_KernelContext_ParallelFor = 274,   /* API version 16 (ONNX Runtime 1.16) and later */
 };
 
 typedef struct OrtApiBase {
@@ -106,6 +108,12 @@ typedef int32_t (*ComputeFn)(int64_t handle, void *context, int64_t *desc, void 
 #define POOL 8
 typedef int32_t (*EntryFn)(void *const *args, void *const *arrays, const int64_t *values,
                            void *scratch);
+#define MAX_VALUES 64
+#define TRIALS 6
+/* How a step runs: as prepared (its entry once, on its Numba team), cut into chunks on ONNX
+ * Runtime's intra-op pool (KernelContext_ParallelFor), or timed both ways on its first calls
+ * and then fixed to the faster (a session is made: Python runs it on zeros meanwhile). */
+enum { RUN_PREPARED = 0, RUN_ORT_POOL = 1, RUN_TRIAL = 2 };
 typedef struct {
   EntryFn fn;
   void *const *arrays;
@@ -113,6 +121,16 @@ typedef struct {
   int32_t n_args;
   int32_t arg[MAX_ARGS];
   int32_t team;             /* the kernels' thread team for this step (0: as the caller's) */
+  /* A step that can be cut (split_units > 0): chunks of whole ``grain``s of its units, each an
+   * entry call with ``chunk_values`` (word ``count_word`` set to the chunk's units) and its
+   * args advanced by ``stride`` bytes a unit; ``chunks`` of them on ONNX Runtime's pool. */
+  int64_t split_units, grain;
+  int32_t count_word, n_values, chunks;
+  int32_t mode;             /* RUN_*: written once the trial decides, read by every call */
+  int64_t stride[MAX_ARGS];
+  const int64_t *chunk_values;
+  int64_t trial_calls;      /* RUN_TRIAL: calls so far, their nanoseconds per way */
+  int64_t trial_ns[2][TRIALS];
 } Step;
 
 /* The kernels' thread-team count (Numba's threading layer: thread-local), set around a step
@@ -149,6 +167,7 @@ static ComputeFn py_compute;
 static int64_t dead[MAX_DEAD];
 static int n_dead;
 static const Slot *api;
+static int have_parallel_for;    /* the runtime's API has KernelContext_ParallelFor */
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static __thread int64_t desc[DESC_LEN];
 
@@ -256,6 +275,80 @@ static void give_arena(Program *p, void *arena, int slot, int own) {
   else if (slot >= 0) __atomic_fetch_and(&p->busy, ~(1u << slot), __ATOMIC_RELEASE);
 }
 
+static int64_t now_ns(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
+static int cmp_i64(const void *a, const void *b) {
+  int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+  return (x > y) - (x < y);
+}
+
+/* A trial call's time (calls alternate ways; each way's first is not counted: it pays the
+ * switch). Once both ways have TRIALS, the step keeps the ONNX Runtime pool only if its median
+ * is below TRIAL_MARGIN of the prepared way's: the margin is edgeops.threads.ThreadChoice's,
+ * for what the step's own clock does not see (workers' caches, wake-ups landing outside). */
+#define TRIAL_MARGIN 0.85
+static void trial_record(Step *st, int64_t call, int way, int64_t ns) {
+  int64_t k = call / 2 - 1;
+  if (k < 0 || k >= TRIALS) return;
+  st->trial_ns[way][k] = ns;
+  if (call != 2 * (TRIALS + 1) - 1) return;       /* the last trial call decides */
+  int64_t a[TRIALS], b[TRIALS];
+  memcpy(a, st->trial_ns[RUN_PREPARED], sizeof(a));
+  memcpy(b, st->trial_ns[RUN_ORT_POOL], sizeof(b));
+  qsort(a, TRIALS, sizeof(int64_t), cmp_i64);
+  qsort(b, TRIALS, sizeof(int64_t), cmp_i64);
+  int pick = (double)b[TRIALS / 2] < TRIAL_MARGIN * (double)a[TRIALS / 2] ? RUN_ORT_POOL
+                                                                          : RUN_PREPARED;
+  __atomic_store_n(&st->mode, pick, __ATOMIC_RELEASE);
+}
+
+typedef struct {
+  const Step *st;
+  void *const *args;
+  int failed;
+} Job;
+
+/* Chunk ``i`` of a cut step, on whichever of ONNX Runtime's threads runs it: the entry with the
+ * chunk's values and advanced args, on a one-thread Numba team (a worker of ONNX Runtime's pool
+ * must not start a Numba team of its own). */
+static void split_chunk(void *user, size_t i) {
+  Job *j = user;
+  const Step *st = j->st;
+  int64_t per = (st->split_units + st->chunks - 1) / st->chunks;
+  per = (per + st->grain - 1) / st->grain * st->grain;
+  int64_t start = (int64_t)i * per;
+  if (start >= st->split_units) return;
+  int64_t len = st->split_units - start < per ? st->split_units - start : per;
+  void *a[MAX_ARGS];
+  int64_t v[MAX_VALUES];
+  for (int k = 0; k < st->n_args; k++) a[k] = (char *)j->args[k] + start * st->stride[k];
+  memcpy(v, st->chunk_values, (size_t)st->n_values * sizeof(int64_t));
+  v[st->count_word] = len;
+  int before = get_threads != NULL ? get_threads() : 1;
+  if (set_threads != NULL && before != 1) set_threads(1);
+  if (st->fn(a, st->arrays, v, NULL) != 0) __atomic_store_n(&j->failed, 1, __ATOMIC_RELAXED);
+  if (set_threads != NULL && before > 1) set_threads(before);
+}
+
+/* A cut step's chunks on ONNX Runtime's intra-op pool; here, one after another, if the runtime
+ * has no ParallelFor or refused it (a chunk only reads its inputs: running it again is safe). 1
+ * when every chunk ran. */
+static int run_split(const Step *st, void *const *args, void *context) {
+  typedef OrtStatus *(*ParallelFor)(const void *, void (*)(void *, size_t), size_t, size_t,
+                                    void *);
+  Job j = {st, args, 0};
+  if (!have_parallel_for
+      || failed(CALL(S_KernelContext_ParallelFor, ParallelFor)(context, split_chunk,
+                                                               (size_t)st->chunks,
+                                                               (size_t)st->chunks, &j)))
+    for (int i = 0; i < st->chunks; i++) split_chunk(&j, (size_t)i);
+  return !j.failed;
+}
+
 /* Run program ``p`` for this call: 1 when it ran, 0 when the call must go to Python (inputs of
  * other types or shapes, ONNX Runtime refused something, an entry failed). */
 static int run_program(Program *p, void *context) {
@@ -299,13 +392,26 @@ static int run_program(Program *p, void *context) {
   for (int s = 0; s < p->n_steps && ok; s++) {
     Step *st = &p->steps[s];
     for (int a = 0; a < st->n_args; a++) args[a] = buf[st->arg[a]];
-    int want = st->team > 0 ? st->team : before;
-    if (want != now && set_threads != NULL) {
-      set_threads(want);
-      now = want;
+    int mode = __atomic_load_n(&st->mode, __ATOMIC_ACQUIRE), way = mode;
+    int64_t call = 0, t0 = 0;
+    if (mode == RUN_TRIAL) {
+      call = __atomic_fetch_add(&st->trial_calls, 1, __ATOMIC_RELAXED);
+      way = (int)(call & 1);
+      t0 = now_ns();
     }
-    if (st->fn(args, st->arrays, st->values, arena == NULL ? NULL : arena + p->scratch_off) != 0)
-      ok = 0;
+    if (way == RUN_ORT_POOL) {
+      if (!run_split(st, args, context)) ok = 0;
+    } else {
+      int want = st->team > 0 ? st->team : before;
+      if (want != now && set_threads != NULL) {
+        set_threads(want);
+        now = want;
+      }
+      if (st->fn(args, st->arrays, st->values, arena == NULL ? NULL : arena + p->scratch_off)
+          != 0)
+        ok = 0;
+    }
+    if (mode == RUN_TRIAL) trial_record(st, call, way, now_ns() - t0);
   }
   if (now != before && set_threads != NULL) set_threads(before);
   if (arena != NULL) give_arena(p, arena, slot, own);
@@ -381,7 +487,7 @@ static void op_destroy(void *kernel) {
 
 /* ---- called from Python (ctypes) ---------------------------------------------------------- */
 
-int edgeops_native_abi(void) { return 2; }
+int edgeops_native_abi(void) { return 3; }
 
 /* NULLs at interpreter exit: a kernel run after it then does nothing. */
 void edgeops_native_callbacks(CreateFn create, ComputeFn compute) {
@@ -454,7 +560,8 @@ void *edgeops_native_output(void *context, int64_t index, const int64_t *dims, i
  * entries, arrays and values in ``fns``, ``arrays``, ``values``; one arena is made now. 0, -1
  * when the description is malformed or memory ran out, -2 when the kernel has one already. */
 int edgeops_native_publish(void *kernel, const int64_t *desc, int64_t words, void *const *fns,
-                           void *const *arrays, void *const *values) {
+                           void *const *arrays, void *const *values,
+                           void *const *chunk_values) {
   Kernel *k = kernel;
   int64_t pos = 0;
 #define TAKE(v) do { if (pos >= words) goto bad; (v) = desc[pos++]; } while (0)
@@ -463,7 +570,7 @@ int edgeops_native_publish(void *kernel, const int64_t *desc, int64_t words, voi
   int64_t fmt, n_in, n_out, n_steps, n_mid, v;
   TAKE(fmt); TAKE(n_in); TAKE(n_out); TAKE(n_steps); TAKE(n_mid); TAKE(p->arena);
   TAKE(p->scratch_off);
-  if (fmt != 2 || n_in < 0 || n_in > MAX_IO || n_out < 1 || n_out > MAX_IO || n_steps < 1
+  if (fmt != 3 || n_in < 0 || n_in > MAX_IO || n_out < 1 || n_out > MAX_IO || n_steps < 1
       || n_mid < 0 || n_in + n_out + n_mid > MAX_BUF || p->arena < 0 || p->scratch_off < 0
       || p->scratch_off > p->arena)
     goto bad;
@@ -493,6 +600,19 @@ int edgeops_native_publish(void *kernel, const int64_t *desc, int64_t words, voi
     }
     TAKE(v); if (v < 0 || v > 4096) goto bad; st->team = (int32_t)v;
     if (st->team > 0 && set_threads == NULL) goto bad;
+    TAKE(v); if (v < 0) goto bad; st->split_units = v;
+    if (st->split_units > 0) {
+      TAKE(v); if (v < 1) goto bad; st->grain = v;
+      TAKE(v); if (v < 0 || v >= MAX_VALUES) goto bad; st->count_word = (int32_t)v;
+      TAKE(v); if (v <= st->count_word || v > MAX_VALUES) goto bad; st->n_values = (int32_t)v;
+      TAKE(v); if (v < 1 || v > 4096) goto bad; st->chunks = (int32_t)v;
+      TAKE(v); if (v < RUN_PREPARED || v > RUN_TRIAL) goto bad; st->mode = (int32_t)v;
+      for (int a = 0; a < st->n_args; a++) {
+        TAKE(v); if (v < 0) goto bad; st->stride[a] = v;
+      }
+      st->chunk_values = (const int64_t *)chunk_values[s];
+      if (st->chunk_values == NULL) goto bad;
+    }
     st->fn = (EntryFn)fns[s];
     st->arrays = (void *const *)arrays[s];
     st->values = (const int64_t *)values[s];
@@ -524,6 +644,17 @@ void edgeops_native_threads(GetThreads get, SetThreads set) {
   set_threads = set;
 }
 
+/* Whether the runtime's API has KernelContext_ParallelFor (known once a session registered this
+ * library); a step cut for its pool otherwise runs its chunks on the calling thread. */
+int edgeops_native_parallel_for(void) { return have_parallel_for; }
+
+/* How step ``step`` of kernel ``kernel``'s program runs now (RUN_*), -1 if there is none. */
+int edgeops_native_step_mode(void *kernel, int64_t step) {
+  Program *p = __atomic_load_n(&((Kernel *)kernel)->prog, __ATOMIC_ACQUIRE);
+  if (p == NULL || step < 0 || step >= p->n_steps) return -1;
+  return __atomic_load_n(&p->steps[step].mode, __ATOMIC_ACQUIRE);
+}
+
 /* Whether kernel ``kernel`` has a program. */
 int edgeops_native_has_program(void *kernel) {
   return __atomic_load_n(&((Kernel *)kernel)->prog, __ATOMIC_ACQUIRE) != NULL;
@@ -547,6 +678,14 @@ OrtStatus *RegisterCustomOps(void *options, const OrtApiBase *base) {
   const Slot *a = base->GetApi(1);
   if (a == NULL) return NULL;   /* cannot even report it: the session then lacks the ops */
   api = a;
+  int major = 0, minor = 0;
+  const char *version = base->GetVersionString();
+  if (version != NULL) {
+    char *end = NULL;
+    major = (int)strtol(version, &end, 10);
+    if (end != NULL && *end == '.') minor = (int)strtol(end + 1, NULL, 10);
+  }
+  have_parallel_for = major > 1 || (major == 1 && minor >= 16);
   void *domain = NULL;
   OrtStatus *st = CALL(S_CreateCustomOpDomain, MakeDomain)(domain_name, &domain);
   if (st != NULL) return st;

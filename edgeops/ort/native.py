@@ -52,6 +52,7 @@ from pathlib import Path
 import numpy as np
 
 from edgeops.env import switch
+from edgeops.plans import ORT_POOL, PREPARED, TRIAL
 
 NATIVE_DOMAIN = "ai.edgeops.native"
 ENV = "EDGEOPS_NATIVE_BRIDGE"
@@ -193,7 +194,7 @@ _COMPUTE = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_int64, ctypes.c_void_p, cty
 
 def _load(path: Path):
     lib = ctypes.CDLL(str(path))
-    if lib.edgeops_native_abi() != 2:
+    if lib.edgeops_native_abi() != 3:
         raise _Unavailable(f"{path} is another version of the library; delete it")
     lib.edgeops_native_declare.argtypes = [ctypes.c_char_p, ctypes.c_int64, ctypes.c_int64]
     lib.edgeops_native_declare.restype = ctypes.c_int64
@@ -204,7 +205,11 @@ def _load(path: Path):
     lib.edgeops_native_take_dead.restype = ctypes.c_int64
     lib.edgeops_native_callbacks.argtypes = [_CREATE, _COMPUTE]
     lib.edgeops_native_publish.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
-                                           ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+                                           ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
+                                           ctypes.c_void_p]
+    lib.edgeops_native_parallel_for.restype = ctypes.c_int
+    lib.edgeops_native_step_mode.argtypes = [ctypes.c_void_p, ctypes.c_int64]
+    lib.edgeops_native_step_mode.restype = ctypes.c_int
     lib.edgeops_native_publish.restype = ctypes.c_int
     lib.edgeops_native_has_program.argtypes = [ctypes.c_void_p]
     lib.edgeops_native_has_program.restype = ctypes.c_int
@@ -242,6 +247,7 @@ def _create(op, spec, n):
             _kernels.pop(h, None)
             _pending.pop(h, None)
             _published.pop(h, None)
+            _trials.pop(h, None)
         name, n_out, fn = _ops[op]
         h = next(_handles)
         _kernels[h] = (fn, (spec or b"").decode(), n_out, name)
@@ -262,6 +268,7 @@ def _create(op, spec, n):
 PLAN_TRIES = 64
 _pending: dict[int, list] = {}     # handle -> [calls left to try, region or None]
 _published: dict[int, tuple] = {}  # handle -> what its program's memory belongs to
+_trials: dict[int, list] = {}      # handle -> [(kernel, step, decision key, threads)] timing
 plan_failures: deque = deque(maxlen=256)   # (node or region, why it runs through Python)
 _sampled = threading.local()        # a region's slots from the call that just ran
 
@@ -331,12 +338,16 @@ def _plan(handle, spec, ins, kernel) -> None:
         return
     n_in = region.n_in if region is not None else len(ins)
     outputs = region.outputs if region is not None else tuple(range(len(steps[0][0].outputs)))
-    words, fns, arrs, vals, keep = _program(steps, n_in, outputs, region is not None)
     _hand_threads()
+    words, fns, arrs, vals, cvals, keep = _program(steps, n_in, outputs, region is not None)
     rc = _lib.edgeops_native_publish(kernel, words.ctypes.data, words.size, fns.ctypes.data,
-                                     arrs.ctypes.data, vals.ctypes.data)
+                                     arrs.ctypes.data, vals.ctypes.data, cvals.ctypes.data)
     if rc == 0:
-        _published[handle] = (words, fns, arrs, vals, keep)
+        _published[handle] = (words, fns, arrs, vals, keep, cvals)
+        timing = [(kernel, i, s.split.key, s.split.chunks) for i, s in enumerate(keep)
+                  if s.split is not None and s.split.mode == TRIAL]
+        if timing:
+            _trials[handle] = timing
     else:
         plan_failures.append((where, f"the library refused its program ({rc})"))
 
@@ -398,7 +409,7 @@ def _program(steps, n_in: int, outputs, region: bool):
             off += -(-nbytes // ALIGN) * ALIGN
     scratch_off = off
     arena = off + max((-(-s.scratch // ALIGN) * ALIGN for s, _r, _w in steps), default=0)
-    words = [2, n_in, len(outputs), len(steps), len(mids), arena, scratch_off]
+    words = [3, n_in, len(outputs), len(steps), len(mids), arena, scratch_off]
     for i in range(n_in):
         if i in ins:
             dt, shape = ins[i]
@@ -412,10 +423,27 @@ def _program(steps, n_in: int, outputs, region: bool):
     for step, reads, writes in steps:
         args = [buf[r] for r in reads] + [buf[w] for w in writes if w is not None]
         words += [len(args), *args, int(_team(step))]
+        sp = _split(step, len(args))
+        words += [0] if sp is None else [sp.units, sp.grain, sp.count_word, sp.values.size,
+                                         sp.chunks, sp.mode, *sp.strides]
     fns = np.array([s.address for s, _r, _w in steps], np.uintp)
     arrs = np.array([s.pointers.ctypes.data for s, _r, _w in steps], np.uintp)
     vals = np.array([s.values.ctypes.data for s, _r, _w in steps], np.uintp)
-    return (np.array(words, np.int64), fns, arrs, vals, tuple(s for s, _r, _w in steps))
+    cvals = np.array([0 if _split(s, 0) is None else s.split.values.ctypes.data
+                      for s, _r, _w in steps], np.uintp)
+    return (np.array(words, np.int64), fns, arrs, vals, cvals,
+            tuple(s for s, _r, _w in steps))
+
+
+def _split(step, n_args: int):
+    """The step's split when the runtime can run it: ONNX Runtime's ParallelFor present and more
+    than one chunk (else the step runs as prepared, its split unused)."""
+    sp = step.split
+    if sp is None or sp.chunks < 2 or sp.units < 1 or not _lib.edgeops_native_parallel_for():
+        return None
+    if n_args and len(sp.strides) != n_args:
+        return None
+    return sp
 
 
 def _team(step) -> int:
@@ -444,14 +472,34 @@ def prepare_programs(sess) -> bool:
     try:
         from onnxruntime import InferenceSession
         from edgeops.ort.fallback import unrecorded
+        known = set(_trials)
         with unrecorded():
             InferenceSession.run(sess, None, feeds)
+            timing = [h for h in list(_trials) if h not in known]
+            if timing:         # steps timing their ways: run until each has decided
+                for _ in range(TRIAL_CALLS):
+                    InferenceSession.run(sess, None, feeds)
+                _settle_trials(timing)
     except Exception as e:  # noqa: BLE001  (the first real call prepares them instead)
         plan_failures.append(("session", f"warm-up run on zeros: {type(e).__name__}: {e}"))
         take_errors()
         return False
     take_errors()
     return True
+
+
+TRIAL_CALLS = 14      # native.c: 2 * (TRIALS + 1) calls, alternating ways
+
+
+def _settle_trials(handles) -> None:
+    """Keep what the timed steps of these kernels decided, for later sessions on this machine
+    (edgeops.threads' record); a step still timing keeps timing on its first real calls."""
+    from edgeops.threads import remember
+    for h in handles:
+        for kernel, i, key, threads in _trials.pop(h, ()):
+            mode = _lib.edgeops_native_step_mode(kernel, i)
+            if mode in (PREPARED, ORT_POOL):
+                remember(key, threads, "ort" if mode == ORT_POOL else "numba")
 
 
 def counters() -> dict:

@@ -19,11 +19,12 @@ import math
 import numpy as np
 from numba import carray, njit
 
-from edgeops.plans import NativeStep
+from edgeops.plans import ORT_POOL, PREPARED, TRIAL, NativeStep, Split
 from edgeops.targets.neon import (_entries, conv, depthwise, eltwise, gemm, norms, pool, swiglu,
                                   winograd)
 from edgeops.targets.neon._entries import ALONE, POOL, SERIAL
-from edgeops.threads import SMALL_ELEMENTS, choice, num_threads
+from edgeops.threads import (SMALL_ELEMENTS, choice, decision, forced_pool, num_threads,
+                             pool_safe, remember, size_class)
 
 _FM = {"contract"}
 
@@ -49,6 +50,8 @@ def _binary(args, arrays, values, scratch):
     # values: n, mode, team, k, nb, inner, op, b held (1: arrays[1], 0: args[1])
     n, mode, k, nb, inner, op, held = (values[0], values[1], values[3], values[4], values[5],
                                        values[6], values[7])
+    if nb < 0:                  # a chunk of a same-shaped A op B (edgeops.plans.Split)
+        nb = n
     a = carray(args[0], (n,), np.float32)
     if held:
         b = carray(arrays[1], (nb,), np.float32)
@@ -257,20 +260,54 @@ def warmer(*names):
 
 # ---- preparing steps -------------------------------------------------------------------------
 
-def team(key, elements: int, threads: int, trial=None):
+def team(key, elements: int, threads: int, trial=None, family: str | None = None):
     """(mode, team) of a call of ``elements`` on at most ``threads`` threads, as the Python
-    path's :func:`edgeops.threads.run` runs it once decided. A thread choice (``key``) still
-    timing is settled now by ``trial()`` calls (the Python path's kernel call, which times
-    itself: a dozen calls, while the step is made, not while serving); None if it is not."""
+    path's :func:`edgeops.threads.run` runs it once decided. What this machine decided for the
+    kernel ``family`` at this size class is read from edgeops.threads' record; else a thread
+    choice (``key``) still timing is settled now by ``trial()`` calls (the Python path's kernel
+    call, which times itself: a dozen calls, while the step is made, not while serving) and
+    recorded; None if it is not."""
     threads = max(1, min(threads, num_threads()))
     if elements < SMALL_ELEMENTS:
         return SERIAL, 1
-    if threads == 1:
+    if threads == 1 or not pool_safe():
         return ALONE, 1
+    kept = f"{family}:numba:{size_class(elements)}" if family else None
+    got = decision(kept, threads) if kept else None
+    if got in ("pool", "alone"):
+        return (POOL, threads) if got == "pool" else (ALONE, 1)
     pool = choice(key).settle(threads, trial)
     if pool is None:
         return None
+    if kept:
+        remember(kept, threads, "pool" if pool else "alone")
     return (POOL, threads) if pool else (ALONE, 1)
+
+
+SPLIT_MIN = 1 << 14          # below it a chunk's hand-off to another thread cannot pay
+SPLIT_GRAIN = 16             # elements: chunks start on 64-byte lines
+
+
+def split(family: str, n: int, values, strides, threads: int, mode_word: int = 1,
+          count_word: int = 0):
+    """How an elementwise step over ``n`` elements may be cut for ONNX Runtime's pool: chunks
+    run ``values`` with the calling thread alone (word ``mode_word``: SERIAL or ALONE by the
+    chunk's size; the team word after it 1), args advanced by ``strides`` bytes an element. Its
+    mode as this machine decided (edgeops.threads' record), else timed at session start."""
+    threads = max(1, threads)
+    if threads < 2 or n < SPLIT_MIN:
+        return None
+    cv = np.array(values, np.int64)
+    cv[mode_word] = SERIAL if -(-n // threads) < SMALL_ELEMENTS else ALONE
+    cv[mode_word + 1] = 1
+    key = f"{family}:ort:{size_class(n)}"
+    forced = forced_pool()
+    if forced is not None:
+        mode = ORT_POOL if forced else PREPARED
+    else:
+        got = decision(key, threads)
+        mode = TRIAL if got is None else ORT_POOL if got == "ort" else PREPARED
+    return Split(n, count_word, SPLIT_GRAIN, tuple(strides), cv, key, threads, mode)
 
 
 def _f32(x) -> bool:
@@ -283,13 +320,15 @@ def act_step(x, steps, threads: int, reads=(0,)):
         return "X is not fp32"
     ch = steps if isinstance(steps, np.ndarray) else eltwise.make_chain(steps)
     ch = np.ascontiguousarray(ch, np.float64)
-    how = team(eltwise.chain_key(x.size, ch), x.size, threads, lambda: eltwise.chain(x, ch))
+    how = team(eltwise.chain_key(x.size, ch), x.size, threads, lambda: eltwise.chain(x, ch),
+               "neon.act")
     if how is None:
         return None
     shape = tuple(x.shape)
+    values = [x.size, how[0], how[1], ch.shape[0]]
     return NativeStep("neon.act", entry("neon.act"), tuple(reads), (("float32", shape),),
-                      (("float32", shape),), (ch,),
-                      np.array([x.size, how[0], how[1], ch.shape[0]], np.int64), 0, how[1])
+                      (("float32", shape),), (ch,), np.array(values, np.int64), 0, how[1],
+                      split=split("neon.act", x.size, values, (4, 4), threads))
 
 
 def binary_step(a, b, op: str, held: dict, threads: int, steps=()):
@@ -317,7 +356,7 @@ def binary_step(a, b, op: str, held: dict, threads: int, steps=()):
                               else eltwise.make_chain(steps), np.float64)
     n = int(np.prod(shape, dtype=np.int64))
     how = team(eltwise.binary_key(shape, op, nb, inner, ch), n, threads,
-               lambda: eltwise.binary(a, b, op, ch))
+               lambda: eltwise.binary(a, b, op, ch), "neon.binary")
     if how is None:
         return None
     arrays = (ch,) if bflat is None else (ch, bflat)
@@ -325,9 +364,18 @@ def binary_step(a, b, op: str, held: dict, threads: int, steps=()):
     ins = (("float32", tuple(a.shape)),) + ((("float32", tuple(b.shape)),) if bflat is None
                                             else ())
     values = [n, how[0], how[1], ch.shape[0], nb, inner, eltwise.BINARY[op], bflat is not None]
+    # cut only where every chunk reads B as the whole call does: the same shape, or one value
+    cut = None
+    if nb == n and bflat is None:
+        values[4] = -1          # B's length follows the chunk's (the entry reads nb < 0 so)
+        cut = split("neon.binary", n, values, (4, 4, 4), threads)
+        values[4] = nb
+    elif nb == 1:
+        cut = split("neon.binary", n, values, (4, 4) if bflat is not None else (4, 0, 4),
+                    threads)
     return NativeStep("neon.binary", entry("neon.binary"), reads, ins,
                       (("float32", tuple(shape)),), arrays, np.array(values, np.int64), 0,
-                      how[1])
+                      how[1], split=cut)
 
 
 def softmax_step(x, axis: int, threads: int):
