@@ -12,9 +12,13 @@ max |expected|) run a representative case per family by default and everything u
 """
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 import unittest
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -58,6 +62,13 @@ CASE_MODULES = ("conv", "gemm", "matmul", "relu", "leakyrelu", "sigmoid", "hards
                 "averagepool", "globalaveragepool", "clip", "add", "sub", "mul", "div",
                 "transpose", "flatten", "identity")
 TARGETS = ("reference", "neon", "ascend", "cuda")
+# The cuda row runs the cuda kernels themselves and fails if a case fell back to the CPU: on the
+# GPU when one is here, else on Numba's CUDA simulator, which must be chosen before numba.cuda is
+# first imported, so test_the_cuda_row_on_the_simulator runs the row in a fresh interpreter. The
+# simulator runs every GPU thread as a Python thread: CI's subset is a few cases, the full suite
+# runs the row's whole subset.
+CUDA_CI = {"test_relu", "test_gemm_all_attributes", "test_softmax_axis_1",
+           "test_basic_conv_with_padding", "test_add_bcast"}
 FP16_TARGETS = {"ascend"}
 # cases fp16 cannot pass, whoever computes them: the inputs differ by less than fp16's spacing
 FP16_LIMITS = {
@@ -114,6 +125,10 @@ def _node_cases():
         return None
 
 
+def _simulated() -> bool:
+    return os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0")
+
+
 def _cases():
     out = []
     for target in TARGETS:
@@ -124,18 +139,46 @@ def _cases():
                 if fam is None:
                     continue
                 marks = [pytest.mark.full] if target != "reference" and name[:-4] not in SUBSET else []
+                if target == "cuda" and name[:-4] in SUBSET and name[:-4] not in CUDA_CI:
+                    marks = [pytest.mark.full]
+                if target == "cuda" and name[:-4] not in SUBSET and _simulated():
+                    marks = [pytest.mark.skip(reason="the CUDA simulator runs the row's subset "
+                                              "(every GPU thread is a Python thread); a GPU "
+                                              "runs every case")]
                 if target in FP16_TARGETS and name[:-4] in FP16_LIMITS:
                     marks.append(pytest.mark.xfail(reason=FP16_LIMITS[name[:-4]], strict=True))
                 out.append(pytest.param(target, cls, name, id=f"{target}-{name[5:-4]}", marks=marks))
     return out
 
 
+def _cuda_here(unavailable) -> None:
+    """The cuda row runs where the kernels can: on a GPU or in the simulator's interpreter."""
+    from edgeops.targets.cuda import device
+    if device.simulator_enabled():
+        return
+    try:
+        import numba.cuda  # noqa: F401
+    except ImportError:
+        unavailable("numba.cuda not importable (pip install 'edgeops[cuda]')")
+    if not device.gpu_present():
+        pytest.skip("no GPU in this process: the cuda row runs on the CUDA simulator in "
+                    "test_the_cuda_row_on_the_simulator")
+
+
 @pytest.mark.parametrize("target,case,name", _cases())
-def test_conformance(target, case, name):
+def test_conformance(target, case, name, unavailable):
     LAST.clear()
+    fell_back = None
+    if target == "cuda":
+        _cuda_here(unavailable)
+        from edgeops.targets.cuda import device
+        fell_back = device.fallback_count()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         getattr(case(name), name)()       # SkipTest and assertion errors surface as themselves
+    if fell_back is not None:
+        n = device.fallback_count() - fell_back
+        assert n == 0, f"{n} cuda kernel call(s) of this case ran on the CPU fallback"
     rep = LAST.get("rep")
     if target == "reference" and rep is not None:
         unexplained = [(p.node, p.reason) for p in rep.placement
@@ -185,3 +228,24 @@ def test_symbolic_shapes_are_lowered_per_input_shape():
 
 
 unittest.TestCase.maxDiff = None
+
+
+@pytest.mark.cuda_sim
+def test_the_cuda_row_on_the_simulator(unavailable):
+    """The cuda row in a fresh interpreter with NUMBA_ENABLE_CUDASIM=1 (see CUDA_CI); its cases
+    fail there if any kernel call fell back to the CPU, and at least one must have lowered."""
+    try:
+        import numba.cuda  # noqa: F401
+    except ImportError:
+        unavailable("numba.cuda not importable (pip install 'edgeops[cuda]')")
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
+    env.pop("EDGEOPS_CUDA_DISABLE", None)
+    here = Path(__file__)
+    p = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rfE",
+                        f"{here}::test_conformance", "-k", "cuda-"],
+                       env=env, capture_output=True, text=True, timeout=1800,
+                       cwd=here.parents[1])
+    tail = (p.stdout + p.stderr)[-6000:]
+    assert p.returncode == 0, f"the cuda row failed on the simulator:\n{tail}"
+    passed = re.search(r"(\d+) passed", p.stdout)
+    assert passed and int(passed.group(1)) >= len(CUDA_CI), tail

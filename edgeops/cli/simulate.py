@@ -102,7 +102,9 @@ def run(args) -> int:
         check_emulation(args.op, args.force)
     doc = simulate(args)
     if emulate_op is not None:
-        doc["emulated"] = emulate_op(args.op, doc["nodes"][0]["tiling"], args.board)
+        with progress_bar(not args.json, "emulating") as bar:
+            doc["emulated"] = emulate_op(args.op, doc["nodes"][0]["tiling"], args.board,
+                                         progress=bar)
     if args.json:
         print_json(doc)
     else:

@@ -36,18 +36,26 @@ class Result:
         return int(sum(v for k, v in self.bytes.items() if self.offchip in k.split("->")))
 
 
-def execute(sp, tiling, board, gm: dict, **kw) -> Result:
-    """Run ``sp`` with ``tiling`` on ``board`` over the GM tensors in ``gm`` (see ``lower``)."""
+def execute(sp, tiling, board, gm: dict, *, progress=None, **kw) -> Result:
+    """Run ``sp`` with ``tiling`` on ``board`` over the GM tensors in ``gm`` (see ``lower``);
+    ``progress(done, total, what)`` as for :func:`run_lowered`."""
     m = machine(board)
-    return run_lowered(m, lower(sp, tiling, m, gm, **kw), gm)
+    return run_lowered(m, lower(sp, tiling, m, gm, **kw), gm, progress=progress,
+                       macs=int(getattr(sp, "flops", 0) // 2))
 
 
-def run_lowered(m, low, gm: dict) -> Result:
-    """Run every launch of a lowered op, one after another, and replay their traces."""
+def run_lowered(m, low, gm: dict, progress=None, macs: int = 0) -> Result:
+    """Run every launch of a lowered op, one after another, and replay their traces.
+    ``progress(done, total, what)``, when given, hears of the multiply-accumulates done out of
+    ``macs`` (the op's; long emulations are matrix ops) every few thousand instructions."""
     total: dict = {}
-    kernels, instr, macs = [], 0, 0
+    kernels, instr, done_macs = [], 0, 0
+    tick = None
+    if progress is not None:
+        def tick(n, k):
+            progress(done_macs + k, max(macs, 1), f"{instr + n:,} instructions")
     for launch in low.launches:
-        emu = Emulator(m, gm, outputs=launch.outputs)
+        emu = Emulator(m, gm, outputs=launch.outputs, tick=tick)
         rp = Replayer(m.board, launch.programs.cores)
         for core, code in launch.programs:
             rp.add(emu.run(code, core))
@@ -57,9 +65,9 @@ def run_lowered(m, low, gm: dict) -> Result:
         for k, v in emu.bytes.items():
             total[k] = total.get(k, 0) + v
         instr += emu.instructions
-        macs += emu.macs
-    return Result(gm[low.output], total, combine([k[2] for k in kernels]), kernels, instr, macs,
-                  m.offchip)
+        done_macs += emu.macs
+    return Result(gm[low.output], total, combine([k[2] for k in kernels]), kernels, instr,
+                  done_macs, m.offchip)
 
 
 def resolve_tiling(sp, board, tiling):
@@ -78,11 +86,12 @@ def resolve_tiling(sp, board, tiling):
 
 
 def emulate_op(space_or_spec, tiling=None, board=DEFAULT_BOARD, *, seed: int = 0,
-               check: bool = True) -> dict:
+               check: bool = True, progress=None) -> dict:
     """Emulate one operator and compare with the analytic model. Returns a JSON-able dict:
     ``emulated`` / ``predicted`` (``offchip_bytes``, ``bytes`` per path, ``cycles``,
     ``latency_s``), ``max_abs_error`` and ``max_rel_error`` (max |y - ref| over max |ref|) of
-    the outputs against the float64 reference on random inputs."""
+    the outputs against the float64 reference on random inputs. ``progress(done, total, what)``
+    hears how far the emulation got (:func:`run_lowered`)."""
     from edgeops import tiling as T
     from edgeops.tiling.api import as_space
     sp = as_space(space_or_spec)
@@ -90,7 +99,7 @@ def emulate_op(space_or_spec, tiling=None, board=DEFAULT_BOARD, *, seed: int = 0
     pred = T.predict(sp, board, til).prediction if check else None
     rng = np.random.default_rng(seed)
     gm, ref = R.inputs_and_reference(sp, rng)
-    res = execute(sp, til, board, gm)
+    res = execute(sp, til, board, gm, progress=progress)
     y = np.asarray(res.output, np.float64).reshape(ref.shape)
     err = float(np.max(np.abs(y - ref))) if ref.size else 0.0
     scale = float(np.max(np.abs(ref))) if ref.size else 0.0

@@ -53,8 +53,11 @@ class Emulator:
     an element of one before anything wrote it is an error.
     """
 
-    def __init__(self, m: Machine, gm: dict, outputs=()):
+    TICK = 4096         # instructions between progress reports
+
+    def __init__(self, m: Machine, gm: dict, outputs=(), tick=None):
         self.m, self.gm = m, gm
+        self.tick = tick    # tick(instructions, macs) so far, every TICK instructions
         self.gm_written = {n: np.zeros(gm[n].shape, bool) for n in outputs}
         self.bytes: dict = defaultdict(int)
         self.traces: list[Trace] = []
@@ -70,9 +73,12 @@ class Emulator:
         """Execute ``program`` (an iterable of instructions) on a fresh core of type ``core``."""
         st, tr = _Core(self.m, core), Trace(core)
         i = -1
+        tick = self.tick
         for i, ins in enumerate(program):
             st.pc, st.ins = i, ins
             self._op[ins.op](st, ins, tr)
+            if tick is not None and not i % self.TICK:
+                tick(self.instructions + i, self.macs)
         self.instructions += i + 1
         left = {k: len(v) for k, v in st.pending.items() if v}
         if left:

@@ -71,11 +71,33 @@ def compile_kernel(name: str, variant: str | None = None, cc=JETSON_CC) -> list[
     for v, fn, sig in _variants(name):
         if variant is None or v == variant:
             text, _ = cuda.compile_ptx(fn, sig, cc=cc)
-            out.append(Ptx(name, v, text))
+            p = Ptx(name, v, text)
+            _loadable_on_jetson(p)
+            out.append(p)
     if not out:
         raise ValueError(f"{name} has no variant {variant!r}; variants: "
                          f"{[v for v, _, _ in _variants(name)]}")
     return out
+
+
+def _isa(version: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(x) for x in version.split("."))
+    except ValueError:
+        return ()
+
+
+def _loadable_on_jetson(p: Ptx) -> None:
+    """Refuse PTX newer than JetPack 6's driver loads (a CUDA 13 toolchain's ISA 9.0): a
+    package would compile here and fail on the board, so say so now, and how to fix it."""
+    got, most = _isa(p.version), _isa(EXPECTED_PTX_VERSION)
+    if not got or got > most:
+        from edgeops.errors import EdgeOpsError
+        raise EdgeOpsError(
+            f"{p.kernel} [{p.variant}]: this CUDA toolchain emits PTX ISA {p.version or '?'}, "
+            f"newer than the {EXPECTED_PTX_VERSION} that JetPack 6 drivers load; install the "
+            f"CUDA 12.6 compilers (pip install 'nvidia-cuda-nvrtc-cu12==12.6.*' "
+            f"'nvidia-cuda-nvcc-cu12==12.6.*')")
 
 
 def toolchain_problem() -> str | None:

@@ -145,3 +145,19 @@ def test_int8_gemm_is_exact(rng):
     for act in ("none", "quant"):
         r = emulate_op(f"gemm:M=40,N=33,K=70,dtype=int8,act={act}", None, "ascend-910b")
         assert r["max_abs_error"] == 0 and r["paths_agree"]
+
+
+def test_a_long_emulation_reports_its_progress():
+    """Progress every few thousand instructions: MACs done out of the op's, never past it."""
+    from edgeops.targets.ascend import emulate_op
+    from edgeops.tiling.spaces import parse_spec
+    spec = "gemm:M=96,N=80,K=200,dtype=fp16"
+    seen = []
+    r = emulate_op(spec, None, "ascend-910b",
+                   progress=lambda done, total, what: seen.append((done, total, what)))
+    total = parse_spec(spec).flops // 2
+    assert seen and all(t == total for _d, t, _w in seen)
+    done = [d for d, _t, _w in seen]
+    assert done == sorted(done) and 0 <= done[-1] <= total
+    assert seen[-1][2].endswith("instructions")
+    assert r["max_rel_error"] < 2e-2

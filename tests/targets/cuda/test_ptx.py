@@ -74,3 +74,20 @@ def test_cli_inspect_kernel_wrong_target():
     from edgeops.errors import EdgeOpsError
     with pytest.raises(EdgeOpsError, match="cuda kernel, not neon"):
         inspect_kernel("cuda.relu", "neon")
+
+
+def test_ptx_newer_than_jetpack_loads_is_refused_with_the_fix(monkeypatch):
+    """A CUDA 13 toolchain emits PTX ISA 9.0, which JetPack 6 drivers refuse: a clean error
+    naming the toolchain to install, never PTX that fails on the board."""
+    from numba import cuda
+
+    from edgeops.errors import EdgeOpsError
+    real = cuda.compile_ptx
+
+    def newer(fn, sig, cc):
+        text, rt = real(fn, sig, cc=cc)
+        return text.replace(f".version {ptx.EXPECTED_PTX_VERSION}", ".version 9.0"), rt
+
+    monkeypatch.setattr(cuda, "compile_ptx", newer)
+    with pytest.raises(EdgeOpsError, match=r"PTX ISA 9\.0.*12\.6"):
+        ptx.compile_kernel("cuda.relu")
