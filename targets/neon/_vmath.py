@@ -6,8 +6,9 @@ LayerNorm+GELU would be bound by libm calls instead of memory (docs/notes/neon-k
 These versions are plain arithmetic plus one bit cast (an intrinsic), so loops over them
 vectorise on AVX and NEON alike.
 
-Accuracy (float32, checked in tests against float64): exp within 2 ulp on [-87, 88]; erf within
-3.6e-7 absolute (rational minimax, see ``erf32``); tanh via exp within ~1e-7 absolute.
+Accuracy (float32, checked in tests against float64): exp within 1.5 ulp on [-87, 88] (softmax's
+exp_nonpos32: see its docstring); erf within 3.6e-7 absolute (rational minimax, see ``erf32``);
+tanh via exp within ~1e-7 absolute.
 """
 from __future__ import annotations
 
@@ -21,10 +22,25 @@ from numba.extending import intrinsic
 _LOG2E = np.float32(1.4426950408889634)
 _LN2_HI = np.float32(0.693359375)          # Cody-Waite split of ln 2: k*HI is exact
 _LN2_LO = np.float32(-2.12194440e-4)
-# Cephes expf minimax coefficients (separate names: Numba freezes scalar globals as constants)
-_P0, _P1, _P2, _P3, _P4, _P5 = (np.float32(v) for v in (
-    1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1,
-    5.0000001201e-1))
+# exp(r) ~= 1 + r + E2 r^2 + ... + E6 r^6 on |r| <= ln2/2, a degree-6 relative-error minimax
+# fit made for this module (Lawson-weighted least squares in float64, 2.0e-9 before rounding the
+# coefficients to float32; 7.1e-8 evaluated in float32 with FMAs). Plain Horner from the top:
+# six FMAs, where the earlier 1 + r + r^2 P(r) form took eight operations.
+_E6, _E5, _E4, _E3, _E2 = (np.float32(v) for v in (
+    0.0013843448122779528, 0.008374315425300176, 0.041668013020013696, 0.1666642942451308,
+    0.49999994138868514))
+# The degree-5 fit of the same kind (c1 free too), for softmax's exp: 9.3e-8 before rounding,
+# 1.5e-7 in float32; one FMA fewer, 16% off the fused exp-and-sum loop (figures:
+# docs/notes/neon-kernels.md), well inside the softmax's 2e-6 relative tolerance.
+_F5, _F4, _F3, _F2, _F1 = (np.float32(v) for v in (
+    0.008290126340593696, 0.04189883463514376, 0.16667644042442997, 0.49999142883249986,
+    0.9999997036905842))
+# Round-to-integer by addition: for |y| < 2^22, y + 1.5*2^23 rounds y to the nearest integer k
+# in the low mantissa bits (the spacing there is 1); the extra 127 puts the exponent bias in the
+# same bits, so (bits << 23) is 2^k's float32 bit pattern outright, no float->int conversion.
+_SHIFTER = np.float32(12582912.0 + 127.0)
+_SHIFTER_BITS = int(np.array(_SHIFTER).view(np.int32))
+_LN2 = np.float32(math.log(2.0))
 # erf(x) ~= x * P(x^2) / Q(x^2) on |x| <= _ERF_CLIP, a (5, 5) rational minimax fit to erf made for
 # this module (weighted linearised least squares in float64, error 1.6e-8 before rounding the
 # coefficients to float32). Beyond the clip erf rounds to +-1 in float32 (erfc(3.92) < 3e-8).
@@ -54,16 +70,16 @@ _FM = {"contract"}
 
 
 @intrinsic
-def _pow2(typingctx, k):
-    """2**k for a float32 holding an integer in [-126, 127], by building the exponent bits in
-    int32 (Numba's own int arithmetic would widen to int64 and cost two extra conversions)."""
-    if k != types.float32:
+def _pow2_of_shifted(typingctx, t):
+    """2**k from t = k + _SHIFTER (a float32, k an integer in [-126, 127]): t's low 9 bits are
+    k + 127, so shifting its bit pattern left by 23 leaves exactly 2**k's."""
+    if t != types.float32:
         return None
 
     def codegen(context, builder, sig, args):
         i32 = ir.IntType(32)
-        e = builder.add(builder.fptosi(args[0], i32), ir.Constant(i32, 127))
-        return builder.bitcast(builder.shl(e, ir.Constant(i32, 23)), ir.FloatType())
+        bits = builder.bitcast(args[0], i32)
+        return builder.bitcast(builder.shl(bits, ir.Constant(i32, 23)), ir.FloatType())
     return types.float32(types.float32), codegen
 
 
@@ -79,14 +95,55 @@ def f32_from_bits(typingctx, i):
 
 
 @njit(cache=True, inline="always", fastmath=_FM, error_model="numpy")
-def exp32(x):
-    x = min(max(np.float32(x), np.float32(-87.3)), np.float32(88.7))
-    # np.floor keeps float32 (math.floor returns an int64, which drags the rest into float64)
-    k = np.floor(x * _LOG2E + _HALF)
+def _exp_reduced(x):
+    """exp(x) for x already clamped to [-87.3, 88.7] (or NaN): k = round(x / ln 2) by the
+    shifter addition, r = x - k ln 2 (Cody-Waite: k * _LN2_HI is exact), exp(r) by the
+    polynomial, times 2**k from the shifted sum's bits: twelve vector operations after the clamps,
+    no conversions.
+    The shifter sum must not be reassociated away (contract only: see _FM)."""
+    t = x * _LOG2E + _SHIFTER
+    k = t - _SHIFTER
     r = x - k * _LN2_HI - k * _LN2_LO
-    p = ((((_P0 * r + _P1) * r + _P2) * r + _P3) * r + _P4) * r + _P5
-    p = p * r * r + r + _ONE
-    return p * _pow2(k)
+    p = ((((_E6 * r + _E5) * r + _E4) * r + _E3) * r + _E2) * r + _ONE
+    p = p * r + _ONE
+    return p * _pow2_of_shifted(t)
+
+
+@njit(cache=True, inline="always", fastmath=_FM, error_model="numpy")
+def exp32(x):
+    return _exp_reduced(min(max(np.float32(x), np.float32(-87.3)), np.float32(88.7)))
+
+
+@intrinsic
+def _k_of_shifted(typingctx, t):
+    """k as a float32 from t = k + _SHIFTER, through t's bits: unlike t - _SHIFTER, no
+    reassociation can fold this back into the sum that rounded k."""
+    if t != types.float32:
+        return None
+
+    def codegen(context, builder, sig, args):
+        i32 = ir.IntType(32)
+        k = builder.sub(builder.bitcast(args[0], i32), ir.Constant(i32, _SHIFTER_BITS))
+        return builder.sitofp(k, ir.FloatType())
+    return types.float32(types.float32), codegen
+
+
+@njit(cache=True, inline="always", fastmath=_FM, error_model="numpy")
+def exp_nonpos32(x):
+    """exp(x) for x <= 0 or NaN (softmax's x - max), safe to inline into code compiled with
+    reassociation (so that a row sum beside it vectorises): k's rounding is undone through
+    bits, and the reduction is one FMA (callers compile with contraction: a separate multiply
+    and subtract measured 6.6e-7) with ln 2 rounded to float32 (reassociation would fold
+    Cody-Waite's two constants into one anyway). The degree-5 polynomial (_F*). Relative error
+    1.8e-7 on [-10, 0], growing as |k| * 1.9e-9 (the rounded ln 2) while the value shrinks as
+    2**k: 3.9e-7 at -87, far below anything a softmax row's sum can see. Below -87.3 the
+    result is exp(-87.3), as exp32's. 2**k multiplies (not an exponent-bits add, one op less)
+    so that a NaN carrying a payload stays NaN."""
+    d = max(np.float32(x), np.float32(-87.3))
+    t = d * _LOG2E + _SHIFTER
+    r = d - _k_of_shifted(t) * _LN2
+    p = ((((_F5 * r + _F4) * r + _F3) * r + _F2) * r + _F1) * r + _ONE
+    return p * _pow2_of_shifted(t)
 
 
 @njit(cache=True, inline="always", fastmath=_FM, error_model="numpy")

@@ -29,6 +29,33 @@ def _run_chain(v, chain):
     return v
 
 
+# Sigmoid and Tanh get loops of their own, compiled apart: reached through act_copy's generic
+# branch (apply_act per element) LLVM vectorised every activation's code into the one loop and
+# blended the results, half the speed of a loop over the one function (figures:
+# docs/notes/neon-kernels.md).
+@njit(cache=True, fastmath=_FM, error_model="numpy")
+def _sigmoid_copy(src, dst, n):
+    for i in range(n):
+        dst[i] = ep.vm.sigmoid32(src[i])
+
+
+@njit(cache=True, fastmath=_FM, error_model="numpy")
+def _tanh_copy(src, dst, n):
+    for i in range(n):
+        dst[i] = ep.vm.tanh32(src[i])
+
+
+@njit(cache=True, inline="always", fastmath=_FM, error_model="numpy")
+def _act_copy(src, dst, n, act, p0, p1):
+    """dst[:n] = act(src[:n]), one dispatch per call (see ``ep.act_copy``)."""
+    if act == ep.SIGMOID:
+        _sigmoid_copy(src, dst, n)
+    elif act == ep.TANH:
+        _tanh_copy(src, dst, n)
+    else:
+        ep.act_copy(src, dst, n, act, p0, p1)
+
+
 @njit(parallel=True, cache=True, fastmath=_FM, error_model="numpy")
 def _chain_kernel(x, y, chain):
     n = x.shape[0]
@@ -53,7 +80,7 @@ def _chain_block(x, y, chain, blk):
     xv = x[lo:hi]  # views + bare counters: vectorisable (see norms.py)
     yv = y[lo:hi]
     if chain.shape[0] == 1:  # the common single activation: one dispatch per block
-        ep.act_copy(xv, yv, hi - lo, int(chain[0, 0]), chain[0, 1], chain[0, 2])
+        _act_copy(xv, yv, hi - lo, int(chain[0, 0]), chain[0, 1], chain[0, 2])
     else:
         for i in range(hi - lo):
             yv[i] = _run_chain(xv[i], chain)
@@ -137,7 +164,7 @@ def _binary_block(a, b, inner, y, op, chain, blk):
             _binop_scalar(a[i:end], b[q % nb], y[i:end], end - i, op)
             i = end
     if chain.shape[0] == 1:
-        ep.act_copy(yv, yv, hi - lo, int(chain[0, 0]), chain[0, 1], chain[0, 2])
+        _act_copy(yv, yv, hi - lo, int(chain[0, 0]), chain[0, 1], chain[0, 2])
     elif chain.shape[0] > 1:
         for i in range(hi - lo):
             yv[i] = _run_chain(yv[i], chain)

@@ -273,45 +273,39 @@ def _groupnorm_chain_serial(x, scales, biases, n, c, spatial, groups, eps, y, sl
                            empty, 0, n * groups, 0)
 
 
-_SIGN = np.int32(31)
-_MAG = np.int32(0x7fffffff)
 _KEY_MIN = np.int32(-2147483648)
+_KEY_MAX = np.int32(2147483647)
 
 
 @njit(cache=True, inline="always", fastmath=_FM, error_model="numpy")
 def _row_max(v, n):
-    """max(v[:n]), n >= 1, as the largest of the floats' order-preserving int32 keys (negative
-    floats' magnitude bits flipped): an integer max reduction vectorises, a float one does not
-    without no-NaNs on the whole function (3.5x faster over 128-float rows; figures:
-    docs/notes/neon-kernels.md). A NaN lands at either end of the order: the max, or an element
-    whose exp is NaN, so the row is NaN either way, as before."""
+    """max(v[:n]), n >= 1, from integer reductions over the floats' bits (a float max reduction
+    does not vectorise without no-NaNs on the whole function; figures:
+    docs/notes/neon-kernels.md). As int32, non-negative floats order as their values and
+    negative ones in reverse, so the largest int is the max when any float is non-negative and
+    the smallest int is the max (the negative nearest zero) when none is: two one-op
+    reductions, where mapping every element to an order-preserving key took three ops more.
+    A NaN either is the result or sits in the row: exp(NaN - m) makes the row NaN either way."""
     iv = v.view(np.int32)
-    m = _KEY_MIN
+    hi = _KEY_MIN
+    lo = _KEY_MAX
     for j in range(n):
         i = iv[j]
-        m = max(m, i ^ ((i >> _SIGN) & _MAG))
-    return _vm.f32_from_bits(np.int32(m ^ ((m >> _SIGN) & _MAG)))
+        hi = max(hi, i)
+        lo = min(lo, i)
+    return _vm.f32_from_bits(np.int32(hi if hi >= 0 else lo))
 
 
-@njit(cache=True, inline="always", fastmath=_FM, error_model="numpy")
-def _row_sum(v, n):
-    """sum(v[:n]) in float32 over 8 partial sums, combined pairwise."""
-    s0 = s1 = s2 = s3 = s4 = s5 = s6 = s7 = np.float32(0)
-    j = 0
-    while j + 8 <= n:
-        s0 += v[j]
-        s1 += v[j + 1]
-        s2 += v[j + 2]
-        s3 += v[j + 3]
-        s4 += v[j + 4]
-        s5 += v[j + 5]
-        s6 += v[j + 6]
-        s7 += v[j + 7]
-        j += 8
-    s = ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7))
-    while j < n:
-        s += v[j]
-        j += 1
+@njit(cache=True, fastmath=_REDUCE, error_model="numpy")
+def _exp_sum(xv, yv, m, n):
+    """yv[:n] = exp(xv[:n] - m) and their sum, in one pass. Reassociation lets the sum keep
+    vector partials (a float sum does not vectorise without it); exp_nonpos32 is written to be
+    safe under it. Called, not inlined by Numba: these flags stay in this function."""
+    s = np.float32(0)
+    for j in range(n):
+        e = _vm.exp_nonpos32(xv[j] - m)
+        yv[j] = e
+        s += e
     return s
 
 
@@ -323,12 +317,10 @@ def _softmax_outer(x, o, length, inner, y):
     xv = x[base:base + length * inner]
     yv = y[base:base + length * inner]
     if inner == 1:
-        # the exp loop carries no reduction, so it vectorises; max and sum run over 8
-        # independent partials (a single running sum serialises every exp behind it)
+        # max, then exp and sum fused, then the scale: three passes over a row in L1 (ONNX
+        # Runtime's order); the sum needs every exp before the first store can be scaled
         m = _row_max(xv, length)
-        for j in range(length):
-            yv[j] = ep.vm.exp32(xv[j] - m)
-        inv = np.float32(1.0) / _row_sum(yv, length)
+        inv = np.float32(1.0) / _exp_sum(xv, yv, m, length)
         for j in range(length):
             yv[j] *= inv
     else:
@@ -342,7 +334,7 @@ def _softmax_outer(x, o, length, inner, y):
             xr = xv[j * inner:(j + 1) * inner]
             yr = yv[j * inner:(j + 1) * inner]
             for i in range(inner):
-                e = ep.vm.exp32(xr[i] - mx[i])
+                e = _vm.exp_nonpos32(xr[i] - mx[i])
                 yr[i] = e
                 sm[i] += e
         for i in range(inner):

@@ -31,6 +31,13 @@ def _map(fn_id, x, y):
                 if fn_id == 2 else vm.silu32(v))
 
 
+@njit(error_model="numpy", fastmath={"contract"})
+def _map_exp_nonpos(x, y):
+    # as the softmax kernels compile it: its one-constant reduction relies on the FMA
+    for i in range(x.size):
+        y[i] = vm.exp_nonpos32(x[i])
+
+
 def test_vector_math_accuracy():
     x = np.linspace(-87, 88, 200_001, dtype=np.float32)
     y = np.empty_like(x)
@@ -45,6 +52,26 @@ def test_vector_math_accuracy():
     assert np.max(np.abs(ys - np.tanh(xs.astype(np.float64)))) < 3e-7
     _map(3, np.array([-200.0, -90.0, 0.0, 90.0], np.float32), ys[:4])
     np.testing.assert_allclose(ys[:4], [0.0, 0.0, 0.0, 90.0], atol=1e-30)
+
+
+def test_softmax_exp_accuracy_and_nan():
+    """exp_nonpos32 (softmax's exp: degree 5, one-constant reduction) against float64: relative
+    error grows with |x| as documented; NaNs stay NaN whatever their payload; below the floor it
+    returns exp(-87.3) (normal, tiny)."""
+    for lo, bound in ((-10, 2e-7), (-87, 4e-7)):
+        x = np.linspace(lo, 0, 200_001, dtype=np.float32)
+        y = np.empty_like(x)
+        _map_exp_nonpos(x, y)
+        ref = np.exp(x.astype(np.float64))
+        assert np.max(np.abs(y - ref) / ref) < bound
+    special = np.array([0x7FC00000, 0x7FC00001, 0x7FFFFFFF, 0xFFC00123, 0x7F800001],
+                       np.uint32).view(np.float32)
+    y = np.empty_like(special)
+    _map_exp_nonpos(special, y)
+    assert np.isnan(y).all()
+    x = np.array([-np.inf, -1e30, -90.0, -0.0], np.float32)
+    _map_exp_nonpos(x, y[:4])
+    assert 0 < y[0] == y[1] == y[2] < 1.3e-38 and y[3] == 1.0
 
 
 @pytest.mark.parametrize("shape,axis", [((3, 7, 33), -1), ((2, 5, 4, 9), 2), ((128, 768), -1)])
@@ -136,6 +163,46 @@ def test_softmax(rng, shape, axis):
     x = rng.standard_normal(shape, dtype=np.float32) * 8
     ref = Softmax.reference(x.astype(np.float64), axis=axis)
     np.testing.assert_allclose(norms.softmax(x, axis), ref, rtol=2e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("shape,axis", [((1, 3, 37, 53), -1), ((1, 3, 37, 53), 2),
+                                        ((2, 300), -1), ((4, 17), -1), ((3, 1), -1)])
+def test_softmax_extremes(rng, shape, axis):
+    """Ragged rows (not whole vectors), spreads up to +-80, -inf masking and NaNs: rows
+    without NaN match float64 within the usual tolerance (a masked entry gives at most
+    exp(-87.3) of the row); a NaN anywhere in a row makes the whole row NaN, as in ONNX Runtime."""
+    x = (rng.uniform(-80, 80, shape)).astype(np.float32)
+    x[..., 0] = 80.0                       # a large max in some rows (and the exact bound)
+    mask = rng.random(shape) < 0.1
+    x[mask] = -np.inf
+    ax = axis % len(shape)
+    first = (slice(None),) * ax + (0,)
+    x[first] = np.where(np.isinf(x[first]), np.float32(1.0), x[first])  # no all -inf row
+    nan_at = tuple(int(rng.integers(d)) for d in shape)
+    x[nan_at] = np.nan
+    y = norms.softmax(x, axis)
+    row_nan = np.isnan(x).any(axis=axis, keepdims=True)
+    assert np.isnan(np.where(row_nan, y, np.nan)).all()
+    ref = Softmax.reference(np.where(row_nan, 0.0, x.astype(np.float64)), axis=axis)
+    np.testing.assert_allclose(np.where(row_nan, 0.0, y), np.where(row_nan, 0.0, ref),
+                               rtol=2e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("n", [37, 5000, 40_000])
+def test_sigmoid_and_tanh_chains(rng, n):
+    """Sigmoid and Tanh run in loops of their own (eltwise._act_copy): against float64, in a
+    chain alone, after a binary op, and inside a longer chain (the per-element path)."""
+    x = (rng.standard_normal(n) * 6).astype(np.float32)
+    x[:4] = [-100.0, 100.0, 0.0, np.nan]
+    xd = x.astype(np.float64)
+    sig = 1 / (1 + np.exp(-xd))
+    for got, want in ((eltwise.chain(x, ["sigmoid"]), sig),
+                      (eltwise.chain(x, ["tanh"]), np.tanh(xd)),
+                      (eltwise.binary(x, np.float32(0.5), "Mul", ["sigmoid"]),
+                       1 / (1 + np.exp(-xd * 0.5))),
+                      (eltwise.chain(x, ["sigmoid", "relu"]), sig)):
+        np.testing.assert_allclose(got, want, rtol=0, atol=5e-7)
+        assert np.isnan(got[3])
 
 
 POOLS = [
