@@ -205,8 +205,11 @@ def make_f32_epi_kernel(mr: int, vl: int, nv: int):
     return mk
 
 
-def _f32_loop(context, builder, signature, kc_, ap_, aoff_, bp_, boff_, ldb_, mr, vl, nv):
-    """The K loop of the fp32 micro-kernel: MR x NV accumulators of <VL x float> as SSA phis."""
+def _f32_loop(context, builder, signature, kc_, ap_, aoff_, bp_, boff_, ldb_, mr, vl, nv,
+              lda_=None):
+    """The K loop of the fp32 micro-kernel: MR x NV accumulators of <VL x float> as SSA phis.
+    A is a packed panel (``ap[aoff + p*mr + i]``), or with ``lda_`` row-major A read in place
+    (``ap[aoff + i*lda + p]``)."""
     f32 = ir.FloatType()
     i64 = ir.IntType(64)
     vty = ir.VectorType(f32, vl)
@@ -215,18 +218,79 @@ def _f32_loop(context, builder, signature, kc_, ap_, aoff_, bp_, boff_, ldb_, mr
     pa = builder.gep(_data_ptr(context, builder, signature.args[1], ap_), [aoff_])
     pb = builder.gep(_data_ptr(context, builder, signature.args[3], bp_), [boff_])
 
+    rows = None if lda_ is None else \
+        [builder.gep(pa, [builder.mul(ir.Constant(i64, i), lda_)]) for i in range(mr)]
+
+    def a_ptr(p, i):
+        if rows is not None:
+            return builder.gep(rows[i], [p])
+        return builder.gep(builder.gep(pa, [builder.mul(p, ir.Constant(i64, mr))]),
+                           [ir.Constant(i64, i)])
+
     def body(p, accs):
         pbp = builder.gep(pb, [builder.mul(p, ldb_)])
-        pap = builder.gep(pa, [builder.mul(p, ir.Constant(i64, mr))])
         bv = [_vload(builder, builder.gep(pbp, [ir.Constant(i64, k * vl)]), vty, 4)
               for k in range(nv)]
         new = []
         for i in range(mr):
-            a = _splat(builder, builder.load(builder.gep(pap, [ir.Constant(i64, i)])), vty)
+            a = _splat(builder, builder.load(a_ptr(p, i)), vty)
             new.extend(builder.call(fma, [a, bv[k], accs[i * nv + k]]) for k in range(nv))
         return new
 
     return _counted_loop(builder, kc_, mr * nv, vty, body)
+
+
+def make_f32_kernel_ra(mr: int, vl: int, nv: int):
+    """``mk(kc, a, aoff, lda, bp, boff, ldb, c, coff, ldc, add)``: ``make_f32_kernel`` with A
+    read in place, row-major (``a[aoff + i*lda + p]``): no per-call packing of A, which cost
+    ~6% of a 128x768x768 MatMul (docs/notes/neon-kernels.md). Same FMAs in the same order."""
+
+    @intrinsic
+    def mk(typingctx, kc, a, aoff, lda, bp, boff, ldb, c, coff, ldc, add):
+        sig = types.void(types.intp, a, types.intp, types.intp, bp, types.intp, types.intp, c,
+                         types.intp, types.intp, types.boolean)
+
+        def codegen(context, builder, signature, args):
+            kc_, a_, aoff_, lda_, bp_, boff_, ldb_, c_, coff_, ldc_, add_ = args
+            vty = ir.VectorType(ir.FloatType(), vl)
+            pc = builder.gep(_data_ptr(context, builder, signature.args[7], c_), [coff_])
+            sig2 = types.void(types.intp, signature.args[1], types.intp, signature.args[4])
+            outs = _f32_loop(context, builder, sig2, kc_, a_, aoff_, bp_, boff_, ldb_, mr, vl,
+                             nv, lda_)
+            add_bit = context.cast(builder, add_, signature.args[10], types.boolean)
+            _store_tile(builder, outs, pc, ldc_, add_bit, mr, nv, vl, vty,
+                        lambda b, old, new: b.fadd(old, new))
+            return context.get_dummy_value()
+        return sig, codegen
+    return mk
+
+
+def make_f32_epi_kernel_ra(mr: int, vl: int, nv: int):
+    """``make_f32_epi_kernel`` with A read in place (see ``make_f32_kernel_ra``):
+    ``mk(kc, a, aoff, lda, bp, boff, ldb, c, coff, ldc, add, rb, rboff, cb, cboff, lo, hi)``."""
+
+    @intrinsic
+    def mk(typingctx, kc, a, aoff, lda, bp, boff, ldb, c, coff, ldc, add, rb, rboff, cb, cboff,
+           lo, hi):
+        sig = types.void(types.intp, a, types.intp, types.intp, bp, types.intp, types.intp, c,
+                         types.intp, types.intp, types.boolean, rb, types.intp, cb, types.intp,
+                         types.float32, types.float32)
+
+        def codegen(context, builder, signature, args):
+            (kc_, a_, aoff_, lda_, bp_, boff_, ldb_, c_, coff_, ldc_, add_, rb_, rboff_, cb_,
+             cboff_, lo_, hi_) = args
+            vty = ir.VectorType(ir.FloatType(), vl)
+            sig2 = types.void(types.intp, signature.args[1], types.intp, signature.args[4])
+            outs = _f32_loop(context, builder, sig2, kc_, a_, aoff_, bp_, boff_, ldb_, mr, vl,
+                             nv, lda_)
+            pc = builder.gep(_data_ptr(context, builder, signature.args[7], c_), [coff_])
+            prb = builder.gep(_data_ptr(context, builder, signature.args[11], rb_), [rboff_])
+            pcb = builder.gep(_data_ptr(context, builder, signature.args[13], cb_), [cboff_])
+            add_bit = context.cast(builder, add_, signature.args[10], types.boolean)
+            _store_tile_epi(builder, outs, pc, ldc_, add_bit, mr, nv, vl, vty, prb, pcb, lo_, hi_)
+            return context.get_dummy_value()
+        return sig, codegen
+    return mk
 
 
 def make_f32_kernel(mr: int, vl: int, nv: int):
@@ -332,6 +396,8 @@ def make_i16pair_kernel(mr: int, vl: int, nv: int, form: str | None = None):
 
 mk_f32 = make_f32_kernel(MR, VL, NV)
 mk_f32_epi = make_f32_epi_kernel(MR, VL, NV)
+mk_f32_ra = make_f32_kernel_ra(MR, VL, NV)
+mk_f32_epi_ra = make_f32_epi_kernel_ra(MR, VL, NV)
 # SwiGLU: gate and up share the A broadcast; B packs [gate NR | up NR] per panel, so the tile is
 # MR x 2NR and needs 2*MR*NV accumulators (still within 32 registers for the shapes above when
 # MR is halved).

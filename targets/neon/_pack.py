@@ -71,6 +71,23 @@ def pack_b(b, boff, rs, cs, p0, kb, j0, nb, bp, nr):
 
 
 @njit(cache=True, error_model="numpy")
+def pack_b_all(b, boff, rs, cs, K, N, kc, bp):
+    """The whole of B[K, N] packed once (held weights): K blocks of ``kc`` rows (the last one
+    ragged), each as ceil(N/NR) panels of kb x NR, block ``pc`` starting at ``pc * npad``
+    (npad = N rounded up to NR), so panel ``j0 / NR`` of block ``pc`` is at
+    ``pc * npad + j0 * kb``. The kernel reads it exactly as the per-call packed panels."""
+    npad = (N + NR - 1) // NR * NR
+    for pc in range(0, K, kc):
+        kb = min(kc, K - pc)
+        pack_b(b, boff, rs, cs, pc, kb, 0, N, bp[pc * npad:], NR)
+
+
+def packed_b_size(K: int, N: int) -> int:
+    """Elements of :func:`pack_b_all`'s output."""
+    return K * (-(-N // NR) * NR)
+
+
+@njit(cache=True, error_model="numpy")
 def pack_a_pairs(a, aoff, rs, cs, i0, mb, p0, kb, ap, mr, shift):
     """int8/uint8 A -> int16 pair panels: ap[r*kq*2mr + q*2mr + 2i + t] = A[i, p0+2q+t] - shift.
     ``shift`` (the activation zero point, or 0) is subtracted here so that the kernel's products
@@ -121,5 +138,5 @@ def panel_bytes(mc: int, nc: int, kc: int) -> tuple[int, int]:
     return (-(-mc // MR)) * MR * kc, (-(-nc // NR)) * NR * kc
 
 
-__all__ = ["pack_a", "pack_b", "pack_a_pairs", "pack_b_pairs", "panel_bytes", "MR", "NR", "QMR",
+__all__ = ["pack_a", "pack_b", "pack_b_all", "packed_b_size", "pack_a_pairs", "pack_b_pairs", "panel_bytes", "MR", "NR", "QMR",
            "QNR"]

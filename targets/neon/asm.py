@@ -157,7 +157,7 @@ def _examples():
     return {
         "neon.gemm_packed": (gemm._gemm_block,
                              (0, MR, 0, NR, 8, f32(64 * 64), 0, 64, 1, f32(64 * 64), 0, 64, 1,
-                              f32(64 * 64), 0, 64, np.float32(1), False, e, 0, 0, 0, 0.0, 0.0,
+                              e, False, f32(64 * 64), 0, 64, np.float32(1), False, e, 0, 0, 0, 0.0, 0.0,
                               MR, NR, 8)),
         "neon.qlinearmatmul": (qgemm._qgemm_block,
                                (0, MR, 0, NR, 8, np.zeros(64, np.uint8), 0, 8, 1, 0,

@@ -159,8 +159,8 @@ def _from_tiling(tiling: Any, board: Any = "host") -> Blocking:
     outermost level's N tile (the B block shared in L3/L2), ``mc`` and ``kc`` the next level's
     M and K tiles (the A block and the K depth of the micro-panels); a one-level tiling gives all
     three. The register level is skipped (the micro-kernel shape is compile-time), tiles are
-    rounded up to whole micro-tiles (``Blocking.normalized``) and ``kc`` is at least
-    :data:`KC_MIN`. Conv tilings map onto the im2col GEMM (M = output channels ``k``,
+    rounded up to whole micro-tiles (``Blocking.normalized``) and each is at least the board
+    rule's (:func:`blocking_for`; ``kc`` also at least :data:`KC_MIN`). Conv tilings map onto the im2col GEMM (M = output channels ``k``,
     N = ``oh*ow``, K = ``c*r*s``). This function is the only place that knows the planner's
     field names."""
     if tiling is None:
@@ -179,7 +179,14 @@ def _from_tiling(tiling: Any, board: Any = "host") -> Blocking:
         dims = [_gemm_dims(dict(lv.tile)) for lv in levels]
         if all(d is not None for d in dims):
             outer, inner = dims[0], dims[1] if len(dims) > 1 else dims[0]
-            return Blocking(max(1, inner[0]), max(1, outer[1]), max(KC_MIN, inner[2]),
+            # Each factor is raised to at least the board rule's: the planner's cost model sees
+            # neither the micro-kernel nor the packing, and its small tiles (e.g. mc=8 nc=32
+            # kc=32 for the encoder's MatMul) re-pack A for every nc block and pass over C every
+            # kc steps: 2-3x slower than the rule on Zen 4 (docs/notes/neon-kernels.md). A
+            # larger block stays the planner's (``fitted`` still shrinks it to the problem).
+            rule = blocking_for(board).normalized()
+            return Blocking(max(rule.mc, inner[0]), max(rule.nc, outer[1]),
+                            max(KC_MIN, rule.kc, inner[2]),
                             f"tiling {getattr(tiling, 'describe', lambda: '')()}")
     raise TilingError(f"neon: cannot read GEMM blocking (mc, nc, kc) from {type(tiling).__name__} "
                       f"{tiling!r}; pass a Blocking, a mapping with mc/nc/kc, or a GEMM/conv "

@@ -22,8 +22,9 @@ from numba import njit, prange
 
 from edgeops.errors import EdgeOpsError
 from edgeops.targets.neon import epilogue as ep
-from edgeops.targets.neon._microkernel import MR, NR, mk_f32, mk_f32_epi
-from edgeops.targets.neon._pack import pack_a, pack_b
+from edgeops.targets.neon._microkernel import (MR, NR, mk_f32, mk_f32_epi, mk_f32_epi_ra,
+                                               mk_f32_ra)
+from edgeops.targets.neon._pack import pack_a, pack_b, pack_b_all, packed_b_size
 from edgeops.threads import SMALL_FLOPS, num_threads, serial_if
 from edgeops.targets.neon.blocking import Blocking, from_tiling
 
@@ -34,10 +35,13 @@ _FM = {"contract"}
 
 
 @njit(cache=True, fastmath=_FM, error_model="numpy")
-def _gemm_block(r0, r1, c0, c1, K, a, aoff, ars, acs, b, boff, brs, bcs, c, coff, ldc,
-                alpha, accumulate, bias, bias_off, bias_mode, act, p0, p1, mc, nc, kc):
+def _gemm_block(r0, r1, c0, c1, K, a, aoff, ars, acs, b, boff, brs, bcs, bpk, pk, c, coff,
+                ldc, alpha, accumulate, bias, bias_off, bias_mode, act, p0, p1, mc, nc, kc):
+    # pk: B is held packed whole in ``bpk`` (``_pack.pack_b_all`` with this kc): no B packing
+    # per call, which cost ~30% of a 128x768x768 MatMul (docs/notes/neon-kernels.md)
+    npad = bpk.shape[0] // K if pk else 0
     ap = np.empty(((mc + MR - 1) // MR) * MR * kc, np.float32)
-    bp = np.empty(((nc + NR - 1) // NR) * NR * kc, np.float32)
+    bp = np.empty(NR if pk else ((nc + NR - 1) // NR) * NR * kc, np.float32)
     ct = np.empty(MR * NR, np.float32)
     # bias + Relu/Clip are applied by the micro-kernel's store on the last K block (zero vectors
     # stand in for an absent bias, +-inf for no clamp); other activations run on the stored tile
@@ -49,13 +53,19 @@ def _gemm_block(r0, r1, c0, c1, K, a, aoff, ars, acs, b, boff, brs, bcs, c, coff
     # packed): packing is O(K*N) per call and short-M GEMMs (conv, Winograd) cannot amortise it.
     # Not when B's row stride is a multiple of 1 KiB: the kc rows of a panel then fall into a
     # few cache sets and thrash L1/L2 (figures: docs/notes/neon-kernels.md).
-    direct = bcs == 1 and r1 - r0 <= mc and brs % 256 != 0
+    direct = bcs == 1 and r1 - r0 <= mc and brs % 256 != 0 and not pk
+    # Row-major A is read in place by the micro-kernel (its MR rows as MR streams; only a ragged
+    # last panel is packed): saves the per-call packing of A (figures: neon-kernels.md). Not
+    # when A's row stride is a multiple of 4 KiB (the MR rows would share one L1 set).
+    arow = acs == 1 and ars % 1024 != 0
     for jc in range(c0, c1, nc):
         nb = min(nc, c1 - jc)
         full = nb // NR * NR
         for pc in range(0, K, kc):
             kb = min(kc, K - pc)
-            if not direct:
+            if pk:
+                pass
+            elif not direct:
                 pack_b(b, boff, brs, bcs, pc, kb, jc, nb, bp, NR)
             elif full < nb:
                 pack_b(b, boff, brs, bcs, pc, kb, jc + full, nb - full, bp, NR)
@@ -63,10 +73,14 @@ def _gemm_block(r0, r1, c0, c1, K, a, aoff, ars, acs, b, boff, brs, bcs, c, coff
             last = pc + kb >= K
             for ic in range(r0, r1, mc):
                 mb = min(mc, r1 - ic)
-                pack_a(a, aoff, ars, acs, ic, mb, pc, kb, ap, MR)
+                afull = mb // MR * MR if arow else 0
+                if afull < mb:
+                    pack_a(a, aoff, ars, acs, ic + afull, mb - afull, pc, kb, ap, MR)
                 for jr in range(0, nb, NR):
                     nr = min(NR, nb - jr)
-                    if not direct:
+                    if pk:
+                        src, soff, ldb = bpk, pc * npad + (jc + jr) * kb, NR
+                    elif not direct:
                         src, soff, ldb = bp, jr * kb, NR
                     elif jr < full:
                         src, soff, ldb = b, boff + pc * brs + jc + jr, brs
@@ -75,29 +89,41 @@ def _gemm_block(r0, r1, c0, c1, K, a, aoff, ars, acs, b, boff, brs, bcs, c, coff
                     for ir in range(0, mb, MR):
                         mr = min(MR, mb - ir)
                         co = coff + (ic + ir) * ldc + jc + jr
+                        inplace = ir < afull
+                        ao = aoff + (ic + ir) * ars + pc if inplace else (ir - afull) * kb
                         if mr == MR and nr == NR and alpha == 1:
                             # interior tile: the micro-kernel stores into C itself
                             if not last:
-                                mk_f32(kb, ap, ir * kb, src, soff, ldb, c, co, ldc, add)
+                                if inplace:
+                                    mk_f32_ra(kb, a, ao, ars, src, soff, ldb, c, co, ldc, add)
+                                else:
+                                    mk_f32(kb, ap, ao, src, soff, ldb, c, co, ldc, add)
                                 continue
                             rb, rbo = (bias, bias_off + ic + ir) if bias_mode == ep.BIAS_ROW \
                                 else (zr, 0)
                             cb, cbo = (bias, bias_off + jc + jr) if bias_mode == ep.BIAS_COL \
                                 else (zc, 0)
-                            mk_f32_epi(kb, ap, ir * kb, src, soff, ldb, c, co, ldc, add, rb, rbo,
-                                       cb, cbo, lo, hi)
+                            if inplace:
+                                mk_f32_epi_ra(kb, a, ao, ars, src, soff, ldb, c, co, ldc, add, rb,
+                                              rbo, cb, cbo, lo, hi)
+                            else:
+                                mk_f32_epi(kb, ap, ao, src, soff, ldb, c, co, ldc, add, rb, rbo,
+                                           cb, cbo, lo, hi)
                             if not clamp:
                                 ep.finish_tile(c, co, ldc, mr, nr, bias, bias_off, ep.BIAS_NONE,
                                                ic + ir, jc + jr, act, p0, p1)
                         else:
-                            mk_f32(kb, ap, ir * kb, src, soff, ldb, ct, 0, NR, False)
+                            if inplace:
+                                mk_f32_ra(kb, a, ao, ars, src, soff, ldb, ct, 0, NR, False)
+                            else:
+                                mk_f32(kb, ap, ao, src, soff, ldb, ct, 0, NR, False)
                             ep.store_tile(ct, NR, c, co, ldc, mr, nr, alpha, add, last, bias,
                                           bias_off, bias_mode, ic + ir, jc + jr, act, p0, p1)
 
 
 @njit(parallel=True, cache=True, fastmath=_FM, error_model="numpy")
-def _gemm_par(M, N, K, a, a_offs, ars, acs, b, b_offs, brs, bcs, c, c_offs, ldc, alpha,
-              accumulate, bias, bias_offs, bias_mode, act, p0, p1, mc, nc, kc, rch, cch):
+def _gemm_par(M, N, K, a, a_offs, ars, acs, b, b_offs, brs, bcs, bpk, pk, c, c_offs, ldc,
+              alpha, accumulate, bias, bias_offs, bias_mode, act, p0, p1, mc, nc, kc, rch, cch):
     nbt = a_offs.shape[0]
     rstep = (((M + rch - 1) // rch + MR - 1) // MR) * MR
     cstep = (((N + cch - 1) // cch + NR - 1) // NR) * NR
@@ -110,7 +136,8 @@ def _gemm_par(M, N, K, a, a_offs, ars, acs, b, b_offs, brs, bcs, c, c_offs, ldc,
         c0 = ci * cstep
         if r0 < M and c0 < N:
             _gemm_block(r0, min(M, r0 + rstep), c0, min(N, c0 + cstep), K, a, a_offs[bt], ars,
-                        acs, b, b_offs[bt], brs, bcs, c, c_offs[bt], ldc, alpha, accumulate,
+                        acs, b, b_offs[bt], brs, bcs, bpk, pk, c, c_offs[bt], ldc, alpha,
+                        accumulate,
                         bias, bias_offs[bt], bias_mode, act, p0, p1, mc, nc, kc)
 
 
@@ -157,17 +184,32 @@ def flat_layout(M, N, K, a_offs, b_offs, c_offs, bias_offs, blocking) -> dict:
 
 
 def run_flat(lay, a, ars, acs, b, brs, bcs, c, ldc, alpha, accumulate, bias, bias_mode, act,
-             p0, p1) -> None:
+             p0, p1, bpk=None) -> None:
+    """One :func:`flat_layout` call; ``bpk``: B packed whole by :func:`prepack_b` (then ``b`` is
+    not read) or None."""
     M, N, K = lay["M"], lay["N"], lay["K"]
+    pk = bpk is not None
+    bpk = _EMPTY_F32 if bpk is None else bpk
     if lay["items"] == 1:      # one work item: the block itself, no parallel region launched
         _gemm_block(0, M, 0, N, K, a, lay["a_offs"][0], ars, acs, b, lay["b_offs"][0], brs, bcs,
-                    c, lay["c_offs"][0], ldc, alpha, accumulate, bias, lay["bias_offs"][0],
-                    bias_mode, act, p0, p1, lay["mc"], lay["nc"], lay["kc"])
+                    bpk, pk, c, lay["c_offs"][0], ldc, alpha, accumulate, bias,
+                    lay["bias_offs"][0], bias_mode, act, p0, p1, lay["mc"], lay["nc"], lay["kc"])
         return
     with serial_if(lay["serial"]):
-        _gemm_par(M, N, K, a, lay["a_offs"], ars, acs, b, lay["b_offs"], brs, bcs, c,
+        _gemm_par(M, N, K, a, lay["a_offs"], ars, acs, b, lay["b_offs"], brs, bcs, bpk, pk, c,
                   lay["c_offs"], ldc, alpha, accumulate, bias, lay["bias_offs"], bias_mode, act,
                   p0, p1, lay["mc"], lay["nc"], lay["kc"], lay["rch"], lay["cch"])
+
+
+def prepack_b(lay, b, brs, bcs) -> np.ndarray | None:
+    """B packed whole for ``lay`` (its kc), for a B that every batch entry shares (held weights:
+    packed once when a step is made), else None."""
+    if np.any(lay["b_offs"] != lay["b_offs"][0]):
+        return None
+    K, N = lay["K"], lay["N"]
+    bpk = np.empty(packed_b_size(K, N), np.float32)
+    pack_b_all(b, int(lay["b_offs"][0]), brs, bcs, K, N, lay["kc"], bpk)
+    return bpk
 
 
 def operand(x: np.ndarray) -> tuple[np.ndarray, int, int]:

@@ -109,14 +109,16 @@ def _gemm_core(a, b, c, arrays, values):
         for j in range(c_len):
             c[j] = pre[j]
     alpha = np.float32(fv[0])
+    # values[20] == 2: B is held packed whole (gemm.prepack_b), read by the kernel as packed
+    pk = values[20] == 2
     if mode == SERIAL:
-        gemm._gemm_block(0, M, 0, N, K, a, a_offs[0], ars, acs, b, b_offs[0], brs, bcs, c,
-                         c_offs[0], ldc, alpha, accumulate, bias, bias_offs[0], bias_mode, act,
+        gemm._gemm_block(0, M, 0, N, K, a, a_offs[0], ars, acs, b, b_offs[0], brs, bcs, b, pk,
+                         c, c_offs[0], ldc, alpha, accumulate, bias, bias_offs[0], bias_mode, act,
                          fv[1], fv[2], mc, nc, kc)
     else:
-        gemm._gemm_par(M, N, K, a, a_offs, ars, acs, b, b_offs, brs, bcs, c, c_offs, ldc, alpha,
-                       accumulate, bias, bias_offs, bias_mode, act, fv[1], fv[2], mc, nc, kc,
-                       rch, cch)
+        gemm._gemm_par(M, N, K, a, a_offs, ars, acs, b, b_offs, brs, bcs, b, pk, c, c_offs, ldc,
+                       alpha, accumulate, bias, bias_offs, bias_mode, act, fv[1], fv[2], mc, nc,
+                       kc, rch, cch)
 
 
 def _gemm(args, arrays, values, scratch):
@@ -407,11 +409,11 @@ _EMPTY_F32 = np.zeros(1, np.float32)
 
 def _gemm_step(lay, a_src, b_src, a_run, b_run, out_shape, strides, bias_vec, bias_mode, pre,
                alpha: float, act, threads: int, reads, *, name="neon.gemm", extra=(),
-               extra_arrays=(), scratch=0, ldc=None, team=None):
+               extra_arrays=(), scratch=0, ldc=None, team=None, b_packed=False):
     """A :func:`~edgeops.targets.neon.gemm.gemm_flat` call as a step: ``lay`` its layout (made
     on the calling thread capped at ``threads``, as the Python path makes it), ``a_src`` /
     ``b_src`` the flat held operand or None (then ``a_run`` / ``b_run``: the runtime input's
-    (shape, flat length))."""
+    (shape, flat length)); ``b_packed``: ``b_src`` is B packed whole (``gemm.prepack_b``)."""
     M, N, K = lay["M"], lay["N"], lay["K"]
     ars, acs, brs, bcs = strides
     if lay["items"] == 1:
@@ -428,7 +430,8 @@ def _gemm_step(lay, a_src, b_src, a_run, b_run, out_shape, strides, bias_vec, bi
     values = [M, N, K, mode, team, ars, acs, brs, bcs, N if ldc is None else ldc,
               pre is not None, bias_mode, act[0],
               lay["mc"], lay["nc"], lay["kc"], lay["rch"], lay["cch"], len(lay["a_offs"]),
-              a_src is not None, b_src is not None, a_len, b_len, bias.size, c_len, *extra]
+              a_src is not None, 2 if b_packed else b_src is not None, a_len, b_len, bias.size,
+              c_len, *extra]
     fv = np.array([alpha, act[1], act[2]], np.float64)
     arrays = (lay["a_offs"], lay["b_offs"], lay["c_offs"], bias, lay["bias_offs"], fv,
               _EMPTY_F32 if a_src is None else np.ascontiguousarray(a_src),
@@ -459,10 +462,13 @@ def matmul_step(a, b, held, threads: int, tiling=None):
     out = batch + (M, N)
     shape = out[:-2] + (out[-1],) if a.ndim == 1 else out
     shape = shape[:-1] if b.ndim == 1 else shape
-    b_src = bf if 1 in held else None
+    # held weights packed once here, not per call (docs/notes/neon-kernels.md)
+    bpk = gemm.prepack_b(lay, bf, brs, bcs) if 1 in held else None
+    b_src = bpk if bpk is not None else bf if 1 in held else None
     return _gemm_step(lay, None, b_src, (a.shape, a.size), None if b_src is not None
                       else (b.shape, b.size), shape, (ars, acs, brs, bcs), None, 0, None, 1.0,
-                      (0, 0.0, 0.0), threads, (0,) if b_src is not None else (0, 1))
+                      (0, 0.0, 0.0), threads, (0,) if b_src is not None else (0, 1),
+                      b_packed=bpk is not None)
 
 
 def gemm_node_step(xs, attrs, held, threads: int, tiling=None):
@@ -487,13 +493,14 @@ def gemm_node_step(xs, attrs, held, threads: int, tiling=None):
     _af, ars, acs = gemm.operand(av)
     bf, brs, bcs = gemm.operand(bv)
     lay = capped(threads, gemm.flat_layout, M, N, K, [0], [0], [0], None, from_tiling(tiling))
-    b_src = bf if 1 in held else None
-    if not a.flags.c_contiguous or (b_src is None and not b.flags.c_contiguous):
+    if not a.flags.c_contiguous or (1 not in held and not b.flags.c_contiguous):
         return "a runtime operand is not laid out as ONNX Runtime hands it"
+    bpk = gemm.prepack_b(lay, bf, brs, bcs) if 1 in held else None
+    b_src = bpk if bpk is not None else bf if 1 in held else None
     return _gemm_step(lay, None, b_src, (a.shape, a.size), None if b_src is not None
                       else (b.shape, b.size), (M, N), (ars, acs, brs, bcs), bias_vec, mode, pre,
                       float(attrs["alpha"]), (0, 0.0, 0.0), threads,
-                      (0,) if b_src is not None else (0, 1))
+                      (0,) if b_src is not None else (0, 1), b_packed=bpk is not None)
 
 
 def conv_step(x, w, b, g, act, held, threads: int, kernel: str, tiling=None):

@@ -125,15 +125,18 @@ def test_bad_inputs_raise_clear_errors():
 def test_blocking_from_a_planner_tiling(rng):
     from edgeops.tiling.tiling import LevelTiling, Tiling
     lv = lambda name, **t: LevelTiling(name, tuple(t.items()), tuple(t), (), ())  # noqa: E731
-    t = Tiling("gemm", "gemm", "neon", (lv("l3", m=512, n=96, k=64), lv("l2", m=24, n=96, k=40),
-                                        lv("l1", m=MR, n=NR, k=40)))
+    rule = blocking_for("host")
+    # nc from the outermost level, mc and kc from the next; each at least the rule's
+    t = Tiling("gemm", "gemm", "neon", (lv("l3", m=512, n=9000, k=64),
+                                        lv("l2", m=1001, n=96, k=40), lv("l1", m=MR, n=NR, k=40)))
     b = from_tiling(t)
-    assert (b.mc, b.nc, b.kc) == (24, 96, 40)
+    assert (b.mc, b.nc, b.kc) == (max(1001, rule.mc), max(9000, rule.nc), rule.kc)
+    assert b.normalized().mc % MR == 0                                     # whole MR panels
     a = rng.standard_normal((70, 90), dtype=np.float32)
     bb = rng.standard_normal((90, 130), dtype=np.float32)
     _close(G.gemm(a, bb, tiling=t), _ref_gemm(a, bb), 90)
     conv = Tiling("conv2d", "im2col", "neon", (lv("l2", k=16, oh=4, ow=8, c=8, r=3, s=3),))
-    assert from_tiling(conv).as_args()[::2] == (-(-16 // MR) * MR, 72)   # whole MR panels
+    assert from_tiling(conv).as_args() == rule.as_args()
 
 
 def test_blocking_sources():
@@ -145,3 +148,25 @@ def test_blocking_sources():
         Blocking(0, 8, 8)
     with pytest.raises(EdgeOpsError, match="cannot read"):
         from_tiling(object())
+
+
+@pytest.mark.parametrize("m,n,k,tb", [(37, 53, 71, False), (130, 67, 1100, True),
+                                      (MR, NR, 5, False)])
+def test_b_packed_once_gives_the_same_bits(rng, m, n, k, tb):
+    """A native step packs held weights whole once (``prepack_b``); the kernel reading them must
+    give the bits of the per-call packing (ragged N, several K, M and N blocks, transposed B)."""
+    from edgeops.targets.neon import epilogue as ep
+    blk = Blocking(64, 64, 512)
+    a = rng.standard_normal((m, k), dtype=np.float32)
+    b = rng.standard_normal((n, k) if tb else (k, n), dtype=np.float32)
+    bias = rng.standard_normal(n, dtype=np.float32)
+    y = G.gemm(a, b, bias=bias, trans_b=tb, blocking=blk)
+    _close(y, _ref_gemm(a, b, bias, transB=int(tb)), k)
+    af, ars, acs = G.operand(a)
+    bf, brs, bcs = G.operand(b.T if tb else b)
+    lay = G.flat_layout(m, n, k, [0], [0], [0], None, blk)
+    bpk = G.prepack_b(lay, bf, brs, bcs)
+    out = np.full(m * n, np.nan, np.float32)
+    G.run_flat(lay, af, ars, acs, np.zeros(1, np.float32), brs, bcs, out, n, np.float32(1),
+               False, bias, ep.BIAS_COL, 0, 0.0, 0.0, bpk)
+    np.testing.assert_array_equal(out.reshape(m, n), y)
