@@ -482,7 +482,8 @@ def _external_data(root: Path, files: set, model_sha256: str | None = None) -> N
     ``model_sha256``, verified) and the package's file names, so a pass is remembered in the
     cache: a package session then starts without importing onnx (0.7 s and more)."""
     mark = None
-    if model_sha256 is not None:
+    from edgeops.env import switch
+    if model_sha256 is not None and switch("EDGEOPS_PREPARED_CACHE", True):
         from edgeops import cache
         h = hashlib.sha256(f"{model_sha256}|{sorted(files)}".encode()).hexdigest()[:24]
         mark = cache.root() / "verified" / f"external-data-{h}"
