@@ -539,12 +539,11 @@ def _tensors(g):
 
 def _check_kernels(doc: dict) -> None:
     from edgeops.errors import EdgeOpsError
-    from edgeops.pipeline.targets import import_target, load_targets
+    from edgeops.pipeline.targets import load_targets
     from edgeops.registry import kernel_by_name
-    load_targets()
-    for t in doc.get("targets", []):
-        if t != "onnxruntime":
-            import_target(t)     # a missing one is reported below as missing kernels
+    # the package's own targets only (a kernel of another one loads the rest, and a missing
+    # one is reported below as missing kernels)
+    load_targets(only=[t for t in doc.get("targets", []) if t != "onnxruntime"])
     missing = []
     for k in doc.get("kernels", []):
         try:

@@ -138,3 +138,20 @@ def test_the_aarch64_library_runs_in_onnx_runtime_under_qemu(unavailable):
     env.pop("PYTHONHOME", None)
     assert _abi_check([qemu, "-L", str(SYSROOT), str(py)], native.prebuilt_path("aarch64"),
                       env) == "status raised"
+
+
+def test_the_doctor_line_names_the_bridge(bridge):
+    from edgeops.deploy.doctor import CHECKS
+    from edgeops.deploy.checks import OK
+    fn = dict(CHECKS)["onnxruntime-extensions"]
+    status, detail = fn(None)
+    assert status == OK and f"native bridge {native.status()['how']}" in detail
+
+
+def test_the_doctor_warns_when_packages_fall_back(monkeypatch):
+    from edgeops.deploy.doctor import CHECKS
+    from edgeops.deploy.checks import WARN
+    monkeypatch.setattr(native, "status", lambda: {"used": False, "how": None, "library": None,
+                                                   "why": "no C compiler", "prebuilt": "none"})
+    status, detail = dict(CHECKS)["onnxruntime-extensions"](None)
+    assert status == WARN and "no C compiler" in detail and "onnxruntime-extensions" in detail
