@@ -89,3 +89,31 @@ def test_the_external_data_verdict_is_remembered_per_model(pkg_dir, monkeypatch)
     package.load(pkg_dir)                      # the same bytes: the verdict holds
     with pytest.raises(AssertionError, match="parsed again"):
         package._external_data(pkg_dir, {"model.onnx", "other"}, "0" * 64)
+
+
+_CHILD = r'''
+import sys
+from edgeops import package
+s = package.load(sys.argv[1]).session(threads=1)
+ins, _ = package.load(sys.argv[1]).reference()
+s.run(None, ins)
+print(sorted(m for m in ("onnx", "onnxruntime_extensions", "edgeops.targets.ascend",
+                         "edgeops.targets.cuda") if m in sys.modules))
+'''
+
+
+def test_a_warm_package_session_imports_neither_onnx_nor_other_targets(pkg_dir):
+    """A fresh process, the second time: onnx (0.7 s and more to import), onnxruntime-extensions
+    and the targets the package does not use stay unimported."""
+    import subprocess
+    import sys
+    from edgeops.ort import native
+    runs = [subprocess.run([sys.executable, "-c", _CHILD, str(pkg_dir)], capture_output=True,
+                           text=True, timeout=600) for _ in range(2)]
+    for r in runs:
+        assert r.returncode == 0, r.stderr[-2000:]
+    last = runs[1].stdout.strip().splitlines()[-1]
+    if native.library() is not None:
+        assert last == "[]", last
+    else:                                   # the onnxruntime-extensions bridge imports onnx
+        assert "edgeops.targets.ascend" not in last, last
