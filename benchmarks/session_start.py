@@ -9,8 +9,13 @@ per machine). Each child reports the seconds to import edgeops, to make the sess
 first and second runs (the first run through Python prepares each node's native program).
 Medians over ``--rounds`` fresh processes.
 
+``--compare`` runs, interleaved in each round, the session with the prepared-model cache off
+(``EDGEOPS_PREPARED_CACHE=0``: the model prepared with onnx, as before that cache) and on,
+twice (the A/A pair: how far two identical configurations differ on a loaded machine).
+``--package DIR`` times an already compiled package instead of compiling one.
+
     python benchmarks/session_start.py [--model zoo:resnet18] [--rounds 3] [--no-cold] [--json]
-        [--quick]
+        [--quick] [--compare] [--package DIR]
 """
 from __future__ import annotations
 
@@ -29,6 +34,7 @@ import numpy as np
 from edgeops import package
 t1 = time.perf_counter()
 pkg = package.load(sys.argv[1])
+t_load = time.perf_counter()
 s = pkg.session(threads=1)
 t2 = time.perf_counter()
 feeds = {i.name: np.random.default_rng(0).standard_normal(i.shape).astype(np.float32)
@@ -38,8 +44,9 @@ t3 = time.perf_counter()
 s.run(None, feeds)
 t4 = time.perf_counter()
 from edgeops.ort import native
-print(json.dumps({"import": t1 - t0, "session": t2 - t1, "first_run": t3 - t2,
-                  "second_run": t4 - t3, "programs": native.counters()["programs"]}))
+print(json.dumps({"import": t1 - t0, "session": t2 - t1, "load": t_load - t1,
+                  "first_run": t3 - t2, "second_run": t4 - t3,
+                  "programs": native.counters()["programs"], "onnx": "onnx" in sys.modules}))
 """
 
 
@@ -59,22 +66,27 @@ def main(argv=None) -> int:
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--quick", action="store_true",
                     help="a small SwiGLU MLP, one warm round (smoke test)")
+    ap.add_argument("--compare", action="store_true",
+                    help="prepared-model cache off vs on (twice, the A/A pair), interleaved")
+    ap.add_argument("--package", help="time this compiled package (skips compiling one)")
     a = ap.parse_args(argv)
     if a.quick:
         a.model, a.rounds, a.no_cold = "zoo:swiglu_mlp:16", 1, True
-    from edgeops import modelzoo
-    from edgeops.pipeline.compile import compile_model
-    if not a.model.startswith("zoo:"):
-        raise SystemExit("--model takes zoo:NAME[@SPELLING][:SIZE]")
-    name, spelling, size = modelzoo.parse(a.model[len("zoo:"):])
-    model = modelzoo.build(name, spelling=spelling, size=size)
     rows = {}
     with tempfile.TemporaryDirectory() as tmp:
-        pkg = os.path.join(tmp, "pkg")
-        compile_model(model, "host", pkg, mode="all", threads=1, verify=False)
+        pkg = a.package or _compile(a.model, tmp)
         env = dict(os.environ)
         _child(pkg, env)                   # fills the caches
-        rows["warm"] = [_child(pkg, env) for _ in range(a.rounds)]
+        if a.compare:
+            off = dict(env, EDGEOPS_PREPARED_CACHE="0")
+            for name in ("off", "on", "on again"):
+                rows[name] = []
+            for _ in range(a.rounds):
+                rows["off"].append(_child(pkg, off))
+                rows["on"].append(_child(pkg, env))
+                rows["on again"].append(_child(pkg, env))
+        else:
+            rows["warm"] = [_child(pkg, env) for _ in range(a.rounds)]
         if not a.no_cold:
             cold = []
             for i in range(a.rounds):
@@ -87,11 +99,28 @@ def main(argv=None) -> int:
         return 0
     print(f"{a.model} package (host, --lower all), 1 thread; median seconds of {a.rounds} "
           f"fresh processes")
-    print(f"{'cache':6} {'import':>7} {'session':>8} {'1st run':>8} {'2nd run':>8} {'programs':>8}")
+    print(f"{'cache':9} {'import':>7} {'load':>6} {'session':>8} {'1st run':>8} {'2nd run':>8} "
+          f"{'programs':>8} {'onnx':>5}")
     for k, m in med.items():
-        print(f"{k:6} {m['import']:7.2f} {m['session']:8.2f} {m['first_run']:8.2f} "
-              f"{m['second_run']:8.3f} {m['programs']:8.0f}")
+        print(f"{k:9} {m['import']:7.2f} {m['load']:6.2f} {m['session']:8.2f} "
+              f"{m['first_run']:8.2f} {m['second_run']:8.3f} {m['programs']:8.0f} "
+              f"{'yes' if m['onnx'] else 'no':>5}")
+    if a.compare:
+        r = lambda x, y: med[x]["session"] / med[y]["session"]   # noqa: E731
+        print(f"session off/on {r('off', 'on'):.2f}x, A/A on/on again {r('on', 'on again'):.2f}")
     return 0
+
+
+def _compile(model: str, tmp: str) -> str:
+    from edgeops import modelzoo
+    from edgeops.pipeline.compile import compile_model
+    if not model.startswith("zoo:"):
+        raise SystemExit("--model takes zoo:NAME[@SPELLING][:SIZE]")
+    name, spelling, size = modelzoo.parse(model[len("zoo:"):])
+    built = modelzoo.build(name, spelling=spelling, size=size)
+    pkg = os.path.join(tmp, "pkg")
+    compile_model(built, "host", pkg, mode="all", threads=1, verify=False)
+    return pkg
 
 
 if __name__ == "__main__":

@@ -1,7 +1,4 @@
 """Per-target kernels: ``ascend/`` (explicit-DMA programs on the NPU emulator), ``neon/`` (Numba
 CPU kernels), ``cuda/`` (numba.cuda). Each target module registers into ``edgeops.registry``;
-they are imported here explicitly as they land."""
-
-from edgeops.targets import ascend  # noqa: F401,E402  (registers the "ascend" kernels)
-from edgeops.targets import neon  # noqa: F401,E402  (registers the "neon" kernels)
-from edgeops.targets import cuda  # noqa: F401,E402  (registers the "cuda" kernels; CPU fallback without a GPU)
+they are listed in ``edgeops.pipeline.targets.TARGETS`` as they land and imported from there,
+each on its own: a package session imports only the targets its package uses."""

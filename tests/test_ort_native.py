@@ -160,29 +160,74 @@ def test_a_program_once_published_serves_every_call_and_is_never_retimed(bridge,
         np.testing.assert_array_equal(o, first[0])
 
 
-def test_a_kernel_failure_through_the_native_bridge_raises_after_run(bridge, rng, capfd):
-    from edgeops.registry import register_kernel, unregister_kernel
+def _swiglu_session(rng, kernel):
+    inits = {k: rng.standard_normal(s).astype(np.float32)
+             for k, s in (("w1", (13, 21)), ("w2", (13, 21)))}
+    node = helper.make_node("SwiGLU", ["x", "w1", "w2"], ["y"], domain=EDGEOPS_DOMAIN,
+                            name="swiglu", kernel=kernel)
+    m = _model([node], inits, [("x", [3, 5, 13])], [("y", [3, 5, 21])])
+    return eort.session(m), inits
 
-    def broken(inputs, attrs):
+
+def _sometimes_broken(inputs, attrs):
+    """SwiGLU, except that an input whose first element is above 100 fails."""
+    x, w1, w2 = (np.asarray(a, np.float64) for a in inputs[:3])
+    if x.flat[0] > 100:
         raise ValueError("deliberate failure")
+    a = x @ w1
+    return (a / (1 + np.exp(-a)) * (x @ w2)).astype(np.float32)
+
+
+@pytest.fixture
+def broken_kernel():
+    from edgeops.registry import register_kernel, unregister_kernel
     register_kernel("ai.edgeops::SwiGLU", "reference", priority=-50,
-                    name="test.native_broken")(broken)
-    try:
-        inits = {k: rng.standard_normal(s).astype(np.float32)
-                 for k, s in (("w1", (13, 21)), ("w2", (13, 21)))}
-        node = helper.make_node("SwiGLU", ["x", "w1", "w2"], ["y"], domain=EDGEOPS_DOMAIN,
-                                name="swiglu", kernel="test.native_broken")
-        m = _model([node], inits, [("x", [3, 5, 13])], [("y", [3, 5, 21])])
-        before = set(native._kernels)
-        s = eort.session(m)
-        assert set(native._kernels) - before
-        x = rng.standard_normal((3, 5, 13)).astype(np.float32)
+                    name="test.native_broken")(_sometimes_broken)
+    yield "test.native_broken"
+    unregister_kernel("test.native_broken")
+
+
+def test_a_failing_kernel_fails_run_with_its_node_and_the_session_works_after(
+        bridge, rng, broken_kernel, capfd):
+    """ONNX Runtime >= 1.16: the status-returning compute stops the run at the failing node
+    with edgeops' message (no NaN outputs said on stderr), and the next run of the same session is right."""
+    s, inits = _swiglu_session(rng, broken_kernel)
+    assert bridge._status_compute()
+    x = rng.standard_normal((3, 5, 13)).astype(np.float32)
+    bad = x.copy()
+    bad.flat[0] = 1000
+    for _ in range(2):
         with pytest.raises(eort.KernelRuntimeError,
-                           match="node 'swiglu'.*ValueError: deliberate"):
+                           match="node 'swiglu'.*ValueError: deliberate failure.*stopped") as e:
+            s.run(None, {"x": bad})
+        assert e.value.failures == {"swiglu": "kernel raised ValueError: deliberate failure"}
+        assert "deliberate failure" in str(e.value.__cause__)     # ONNX Runtime's own error
+        (y,) = s.run(None, {"x": x})
+        want = _sometimes_broken((x, inits["w1"], inits["w2"]), {})
+        np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5)
+    assert "outputs set to NaN" not in capfd.readouterr().err    # (ONNX Runtime logs its own)
+    assert eort.take_errors() == []
+
+
+def test_without_the_status_compute_a_failure_raises_after_run(bridge, rng, broken_kernel,
+                                                                capfd, monkeypatch):
+    """Older runtimes' path (version 1 ops, forced here): NaN outputs, said on stderr, raised
+    once the run returns."""
+    monkeypatch.setenv("EDGEOPS_NATIVE_STATUS", "0")
+    try:
+        s, _ = _swiglu_session(rng, broken_kernel)
+        assert not bridge._status_compute()
+        x = rng.standard_normal((3, 5, 13)).astype(np.float32)
+        x.flat[0] = 1000
+        with pytest.raises(eort.KernelRuntimeError,
+                           match="node 'swiglu'.*ValueError: deliberate.*outputs were NaN"):
             s.run(None, {"x": x})
         assert "deliberate failure" in capfd.readouterr().err
     finally:
-        unregister_kernel("test.native_broken")
+        monkeypatch.delenv("EDGEOPS_NATIVE_STATUS")
+        del s
+        _swiglu_session(rng, broken_kernel)      # registers the ops with the status compute again
+    assert bridge._status_compute()
 
 
 def test_destroyed_kernels_are_forgotten(bridge, rng):

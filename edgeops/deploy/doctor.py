@@ -8,7 +8,8 @@ checks, in order (the field checklist: environment, board state, then the deploy
      2 numpy                   installed and >= the version edgeops requires (pyproject.toml)
      3 numba                     "
      4 onnxruntime               "
-     5 onnxruntime-extensions    "
+     5 onnxruntime-extensions    " ; and which bridge packages use: native (prebuilt or built
+                               here) or onnxruntime-extensions' as the fallback (warn, with why)
      6 onnx                      "
      7 edgeops                 the board's edgeops is the deploying host's version
      8 cpu-features            asimd (NEON) on aarch64, AVX/AVX2 on x86-64, and every SIMD feature
@@ -171,9 +172,25 @@ def _module_check(mod):
     return fn
 
 
+def _extensions_check():
+    """onnxruntime-extensions' version, and which bridge packages use: the native one
+    (prebuilt or built here) or onnxruntime-extensions' as the fallback, and why (warn)."""
+    base = _module_check("onnxruntime_extensions")
+
+    def fn(ctx):
+        st, detail = base(ctx)
+        try:
+            from edgeops.ort import native
+            line, used = native.describe(), native.status()["used"]
+        except Exception as e:  # noqa: BLE001  (a broken bridge is a finding)
+            line, used = f"native bridge: {type(e).__name__}: {e}", False
+        return (WARN if st == OK and not used else st), f"{detail}; {line}"
+    return fn
+
+
 for _m, _label in (("numpy", "numpy"), ("numba", "numba"), ("onnxruntime", "onnxruntime"),
                    ("onnxruntime_extensions", "onnxruntime-extensions"), ("onnx", "onnx")):
-    check(_label)(_module_check(_m))
+    check(_label)(_extensions_check() if _m == "onnxruntime_extensions" else _module_check(_m))
 
 
 @check("edgeops")

@@ -87,6 +87,7 @@ from edgeops.ort.fallback import fallback_counts, reset_fallback_counts
 
 PLACEHOLDER = "edgeops.absent"
 _TARGET_KEY, _DONE_KEY = "edgeops.target", "edgeops.registered"
+_SETTINGS_KEY = "edgeops.settings"
 
 
 def _cores() -> int:
@@ -235,25 +236,30 @@ def exact_int8(so):
 
 
 def register(session_options=None, target: str = "reference", *, threads: int | None = None,
-             fast_hook: bool = True):
+             fast_hook: bool = True, extensions: bool = True):
     """Make every ai.edgeops op runnable in sessions made with ``session_options`` (created when
     None; returned). ``target``: the default :func:`prepare` uses for nodes with no kernel
     attribute. ``threads``: ONNX Runtime's intra-op threads (default: the cores this process may
-    use, unless already set). Calling it twice on one SessionOptions is harmless."""
+    use, unless already set). Calling it twice on one SessionOptions is harmless.
+    ``extensions=False``: the session settings only, without onnxruntime-extensions' library
+    (a prepared model whose every node runs through the native bridge: it imports onnx)."""
     import onnxruntime as ort
-    from onnxruntime_extensions import get_library_path
     from edgeops.registry import KNOWN_TARGETS
     if target not in KNOWN_TARGETS:
         raise OrtIntegrationError(f"unknown target {target!r}; known: {', '.join(KNOWN_TARGETS)}")
     so = session_options if session_options is not None else ort.SessionOptions()
     _passive_openmp()
-    declare_ops()
-    install_fast_hook(fast_hook)
+    if extensions:
+        declare_ops()
+        install_fast_hook(fast_hook)
     if _entry(so, _TARGET_KEY) != target:
         so.add_session_config_entry(_TARGET_KEY, target)
-    if _entry(so, _DONE_KEY) is None:   # a second registration makes session creation fail
+    if extensions and _entry(so, _DONE_KEY) is None:   # twice makes session creation fail
+        from onnxruntime_extensions import get_library_path
         so.register_custom_ops_library(get_library_path())
         so.add_session_config_entry(_DONE_KEY, "1")
+    if _entry(so, _SETTINGS_KEY) is None:
+        so.add_session_config_entry(_SETTINGS_KEY, "1")
         for key in ("session.intra_op.allow_spinning", "session.inter_op.allow_spinning"):
             if _entry(so, key) is None:
                 so.add_session_config_entry(key, "0")
@@ -417,13 +423,24 @@ def _load(src):
 
 def session(model_or_path, target: str = "reference", providers: Sequence[str] | None = None, *,
             threads: int | None = None, session_options=None, fallback: dict | None = None,
-            prepare_programs: bool = False):
+            prepare_programs: bool = False, model_sha256: str | None = None):
     """An ``onnxruntime.InferenceSession`` for a model (ModelProto, bytes, .onnx path or package
     directory) with edgeops' ops registered and the model prepared for ``target`` (and the
     ``fallback`` rules, see :func:`prepare`). Its ``run`` raises KernelRuntimeError when a
     kernel failed during that run (and no fallback rule covered it). ``prepare_programs``: run
     it once on zeros now when its inputs are static, so its nodes are native programs before
-    the first real call (package sessions do)."""
+    the first real call (package sessions do). ``model_sha256``: the sha256 of the model's
+    bytes, verified by the caller (a package's manifest): the prepared model is then kept in
+    the cache and later sessions start from it (:mod:`edgeops.ort.prepared`)."""
+    from edgeops.ort import prepared
+    entry = None
+    if model_sha256 is not None and session_options is None and prepared.wanted():
+        from edgeops.ort import native
+        entry = prepared.key(model_sha256, target=target, threads=threads, fallback=fallback,
+                             native=native.library() is not None and native.plans_wanted())
+        sess = _from_prepared(entry, target, providers, threads, prepare_programs)
+        if sess is not None:
+            return sess
     model = _load(model_or_path)
     providers = list(providers or ["CPUExecutionProvider"])
     from edgeops.ops import EDGEOPS_DOMAIN
@@ -445,13 +462,50 @@ def session(model_or_path, target: str = "reference", providers: Sequence[str] |
         adopted = native.adopt(model)     # the C bridge where it is built (edgeops.ort.native)
         if adopted:
             native.register(so)
-        sess = session_class()(model.SerializeToString(), so, providers=providers)
+        body = model.SerializeToString()
+        sess = session_class()(body, so, providers=providers)
+        if entry is not None:
+            from edgeops.ort import consts as _consts
+            prepared.store(entry, body, {h: _consts.get(h) for h in holds},
+                           any(n.domain == EDGEOPS_DOMAIN for n in model.graph.node))
         if prepare_programs and adopted and native.plans_wanted():   # programs now, not in a run
             native.prepare_programs(sess)
     except BaseException:
         release(holds)
         raise
     if holds:      # the constants go with the session (see edgeops.ort.consts, "Lifetime")
+        import weakref
+        weakref.finalize(sess, release, holds)
+    return sess
+
+
+def _from_prepared(entry: str, target: str, providers, threads, prepare_programs: bool):
+    """A session from prepared model ``entry`` of the cache, or None when there is none (or its
+    constants' digests do not match: the caller prepares the model again)."""
+    from edgeops.ort import native, prepared
+    from edgeops.ort.consts import hold, release
+    got = prepared.load(entry)
+    if got is None:
+        return None
+    body, arrays, extensions = got
+    holds: list[str] = []
+    try:
+        for name, a in arrays.items():
+            holds.append(hold(a))
+            if holds[-1] != name:
+                release(holds)
+                return None
+        so = register(None, target, threads=threads, extensions=extensions)
+        adopted = native.library() is not None
+        if adopted:
+            native.register(so)
+        sess = session_class()(body, so, providers=list(providers or ["CPUExecutionProvider"]))
+        if prepare_programs and adopted and native.plans_wanted():
+            native.prepare_programs(sess)
+    except BaseException:
+        release(holds)
+        raise
+    if holds:
         import weakref
         weakref.finalize(sess, release, holds)
     return sess

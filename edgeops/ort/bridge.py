@@ -91,7 +91,11 @@ def session_class():
         class EdgeOpsSession(ort.InferenceSession):
             def run(self, output_names, input_feed, run_options=None):
                 take_errors()
-                out = super().run(output_names, input_feed, run_options)
+                try:
+                    out = super().run(output_names, input_feed, run_options)
+                except Exception as e:  # noqa: BLE001  (a failing kernel may stop the run)
+                    raise_errors(e)
+                    raise
                 raise_errors()
                 return out
 

@@ -269,7 +269,9 @@ def _parse(spec: str) -> _Dispatch:
     from edgeops.ops import get_op
     from edgeops.pipeline.targets import load_targets
     from edgeops.registry import KNOWN_TARGETS, kernel_by_name, op_key
-    load_targets()      # a session of one's own may run a prepared model in a fresh process
+    # a session of one's own may run a prepared model in a fresh process; a package session
+    # loaded its own targets, and a kernel of another one loads the rest (kernel_by_name)
+    load_targets(only=())
     try:
         d = json.loads(spec)
         op_type, domain, node = d["op"], d["domain"], d["node"]

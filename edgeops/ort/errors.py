@@ -30,7 +30,26 @@ def record_error(msg: str, node: str | None = None, reason: str | None = None) -
     executor runs each node on the thread calling run) and say it on stderr. ``node`` and
     ``reason``: the failed node, for :attr:`KernelRuntimeError.failures`."""
     _errors.__dict__.setdefault("items", []).append((msg, node, reason))
-    print(f"edgeops: {msg} (outputs set to NaN)", file=sys.stderr)
+    if not getattr(_errors, "quiet", False):
+        print(f"edgeops: {msg} (outputs set to NaN)", file=sys.stderr)
+
+
+def recorded() -> int:
+    """How many failures this thread holds (the native bridge compares before and after a call)."""
+    return len(getattr(_errors, "items", []))
+
+
+def since(n: int) -> list[str]:
+    """The messages of this thread's failures after the first ``n``."""
+    return [m for m, _, _ in getattr(_errors, "items", [])[n:]]
+
+
+def set_quiet(on: bool) -> bool:
+    """Record this thread's failures without saying them on stderr (the native bridge's
+    status-returning compute fails the run with them instead); the previous setting."""
+    was = getattr(_errors, "quiet", False)
+    _errors.quiet = on
+    return was
 
 
 def _take() -> list[tuple[str, str | None, str | None]]:
@@ -44,9 +63,19 @@ def take_errors() -> list[str]:
     return [m for m, _, _ in _take()]
 
 
-def raise_errors() -> None:
-    """Raise :class:`KernelRuntimeError` if a kernel failed on this thread since the last check."""
+def raise_errors(stopped: BaseException | None = None) -> None:
+    """Raise :class:`KernelRuntimeError` if a kernel failed on this thread since the last check.
+    ``stopped``: ONNX Runtime's exception when a failing kernel stopped the run (the native
+    bridge's status-returning compute): raised from it, and re-raised when nothing was recorded."""
     items = _take()
     if items:
-        raise KernelRuntimeError("; ".join(m for m, _, _ in items) + "; its outputs were NaN",
-                                 {n: r for _, n, r in items if n is not None})
+        tail = (f"; the run stopped at that node. {_HINT}" if stopped is not None
+                else f"; its outputs were NaN. {_HINT}")
+        raise KernelRuntimeError("; ".join(m for m, _, _ in items) + tail,
+                                 {n: r for _, n, r in items if n is not None}) from stopped
+    if stopped is not None:
+        raise stopped
+
+
+_HINT = ("Compile the model again to move the node to ONNX Runtime, or give the package's "
+         "runtime.fallback a kernel_error rule")

@@ -15,7 +15,9 @@
  * it), so this file names the slots it uses by index instead of including onnxruntime_c_api.h,
  * which the onnxruntime wheel does not ship. Every slot used is one of API version 1; native.py
  * runs a small session through this library in a child process before it lets a session of
- * its own process use it. The op struct is version 1 too (see OrtCustomOp below). */
+ * its own process use it. The op struct is version 1 (see OrtCustomOp below), or 16 where the
+ * runtime has it: its status-returning compute lets a failing kernel fail the run with
+ * edgeops' message instead of NaN outputs reported afterwards. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +28,7 @@ typedef struct OrtStatus OrtStatus;
 typedef void *Slot;          /* one OrtApi entry: a function pointer, cast where called */
 
 enum {
+  S_CreateStatus = 0,
   S_GetErrorMessage = 2,
   S_CreateCustomOpDomain = 26,
   S_CustomOpDomain_Add = 27,
@@ -61,8 +64,8 @@ typedef struct OrtCustomOp {
   void (*KernelCompute)(void *kernel, void *context);
   void (*KernelDestroy)(void *kernel);
   /* Later versions' fields, up to version 15's: ONNX Runtime asks some of them whatever the
-   * version says, so each is defined. Version 16's and later ones (CreateKernelV2, ...) it reads
-   * only for ops of those versions: NULL. */
+   * version says, so each is defined. Version 16's it reads only for ops of version 16 and up
+   * (KernelComputeV2 replaces KernelCompute when set), later ones only from 17 or 18: NULL. */
   int (*GetInputCharacteristic)(const struct OrtCustomOp *op, size_t index);
   int (*GetOutputCharacteristic)(const struct OrtCustomOp *op, size_t index);
   int (*GetInputMemoryType)(const struct OrtCustomOp *op, size_t index);
@@ -70,8 +73,18 @@ typedef struct OrtCustomOp {
   int (*GetVariadicInputHomogeneity)(const struct OrtCustomOp *op);
   int (*GetVariadicOutputMinArity)(const struct OrtCustomOp *op);
   int (*GetVariadicOutputHomogeneity)(const struct OrtCustomOp *op);
-  void *later[16];
+  void *CreateKernelV2;
+  OrtStatus *(*KernelComputeV2)(void *kernel, void *context);
+  void *later[14];
 } OrtCustomOp;
+#define STATUS_VERSION 16   /* the op version from which ONNX Runtime calls KernelComputeV2 */
+#define RUNTIME_EXCEPTION 6 /* OrtErrorCode ORT_RUNTIME_EXCEPTION */
+
+/* The sha256 of this file (scripts/build_bridge.sh passes it): native.py loads a prebuilt
+ * library only when it was built from the source it ships with. */
+#ifndef EDGEOPS_SOURCE_HASH
+#define EDGEOPS_SOURCE_HASH ""
+#endif
 
 #define FLOAT_TYPE 1        /* ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT */
 #define MAX_OPS 512
@@ -87,8 +100,8 @@ typedef struct {
 } Op;
 
 /* Python's side: make a kernel from (op index, its dispatch string) -> handle (< 0: refused);
- * run one call (handle, context, call description, the kernel for edgeops_native_publish) -> 0
- * or an error. */
+ * run one call (handle, context, call description, the kernel for edgeops_native_publish) -> 0,
+ * or nonzero when it failed (its message, if any, given with edgeops_native_fail first). */
 typedef int64_t (*CreateFn)(int64_t op, const char *spec, int64_t len);
 typedef int32_t (*ComputeFn)(int64_t handle, void *context, int64_t *desc, void *kernel);
 
@@ -170,6 +183,9 @@ static const Slot *api;
 static int have_parallel_for;    /* the runtime's API has KernelContext_ParallelFor */
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static __thread int64_t desc[DESC_LEN];
+#define ERR_LEN 2048
+static __thread char err[ERR_LEN];   /* the failing call's message (edgeops_native_fail) */
+static int status_compute;          /* the ops were registered at STATUS_VERSION */
 
 #define CALL(slot, type) ((type)api[slot])
 
@@ -437,16 +453,20 @@ static void free_program(Program *p) {
 
 /* desc: [n_in, words after desc[1], then per input: data address, element type, rank, dims...];
  * -1 in desc[0] when the call's inputs could not be read (Python then records the error). */
-static void op_compute(void *kernel, void *context) {
+static int compute(void *kernel, void *context) {
   typedef OrtStatus *(*GetCount)(const void *, size_t *);
   Kernel *k = kernel;
   size_t n = 0;
   int64_t pos = 2;
   desc[0] = -1;
   desc[1] = 0;
-  if (k == NULL || py_compute == NULL) return;
+  err[0] = 0;
+  if (k == NULL || py_compute == NULL) {
+    strcpy(err, "edgeops' native bridge: the kernel was not made, or Python has exited");
+    return 1;
+  }
   Program *prog = __atomic_load_n(&k->prog, __ATOMIC_ACQUIRE);
-  if (prog != NULL && run_program(prog, context)) return;
+  if (prog != NULL && run_program(prog, context)) return 0;
   COUNT(C_PYTHON_CALLS, 1);
   if (!failed(CALL(S_KernelContext_GetInputCount, GetCount)(context, &n))) {
     size_t i;
@@ -468,7 +488,18 @@ static void op_compute(void *kernel, void *context) {
       desc[1] = pos - 2;
     }
   }
-  py_compute(k->handle, context, desc, k);
+  return py_compute(k->handle, context, desc, k);
+}
+
+/* Version 1: a failure is recorded by Python (the session's run raises it afterwards). */
+static void op_compute(void *kernel, void *context) { (void)compute(kernel, context); }
+
+/* Version 16: a failure stops the run, with edgeops' message. */
+static OrtStatus *op_compute_status(void *kernel, void *context) {
+  typedef OrtStatus *(*MakeStatus)(int, const char *);
+  if (compute(kernel, context) == 0) return NULL;
+  return CALL(S_CreateStatus, MakeStatus)(RUNTIME_EXCEPTION,
+                                          err[0] ? err : "edgeops kernel failed (no message)");
 }
 
 /* Python is not called here: ONNX Runtime may destroy a session's kernels after the
@@ -487,7 +518,20 @@ static void op_destroy(void *kernel) {
 
 /* ---- called from Python (ctypes) ---------------------------------------------------------- */
 
-int edgeops_native_abi(void) { return 3; }
+int edgeops_native_abi(void) { return 4; }
+
+/* The sha256 of the native.c this library was built from ("" when built without it). */
+const char *edgeops_native_source(void) { return EDGEOPS_SOURCE_HASH; }
+
+/* The message of the calling thread's failing call (copied; cut at ERR_LEN - 1 bytes). */
+void edgeops_native_fail(const char *msg) {
+  strncpy(err, msg, ERR_LEN - 1);
+  err[ERR_LEN - 1] = 0;
+}
+
+/* Whether the ops were last registered with the status-returning compute (a failing kernel
+ * then fails the run). */
+int edgeops_native_status_compute(void) { return status_compute; }
 
 /* NULLs at interpreter exit: a kernel run after it then does nothing. */
 void edgeops_native_callbacks(CreateFn create, ComputeFn compute) {
@@ -678,20 +722,30 @@ OrtStatus *RegisterCustomOps(void *options, const OrtApiBase *base) {
   const Slot *a = base->GetApi(1);
   if (a == NULL) return NULL;   /* cannot even report it: the session then lacks the ops */
   api = a;
+  /* "1.MINOR.PATCH": the status-returning compute from 1.16 on (op version 16), unless the
+   * environment asks for version 1 (tests of the older runtimes' path). */
+  const char *v = base->GetVersionString != NULL ? base->GetVersionString() : NULL;
+  const char *off = getenv("EDGEOPS_NATIVE_STATUS");
   int major = 0, minor = 0;
-  const char *version = base->GetVersionString();
-  if (version != NULL) {
-    char *end = NULL;
-    major = (int)strtol(version, &end, 10);
-    if (end != NULL && *end == '.') minor = (int)strtol(end + 1, NULL, 10);
+  if (v != NULL) {
+    major = atoi(v);
+    const char *dot = strchr(v, '.');
+    if (dot != NULL) minor = atoi(dot + 1);
   }
+  int with_status = (major > 1 || (major == 1 && minor >= STATUS_VERSION))
+                    && !(off != NULL && strcmp(off, "0") == 0);
   have_parallel_for = major > 1 || (major == 1 && minor >= 16);
   void *domain = NULL;
   OrtStatus *st = CALL(S_CreateCustomOpDomain, MakeDomain)(domain_name, &domain);
   if (st != NULL) return st;
   pthread_mutex_lock(&lock);
-  for (int i = 0; i < n_ops && st == NULL; i++)
+  status_compute = with_status;
+  for (int i = 0; i < n_ops && st == NULL; i++) {
+    /* the op structs are shared by every session: set the same way for one runtime */
+    ops[i].base.version = with_status ? STATUS_VERSION : 1;
+    ops[i].base.KernelComputeV2 = with_status ? op_compute_status : NULL;
     st = CALL(S_CustomOpDomain_Add, AddOp)(domain, &ops[i].base);
+  }
   pthread_mutex_unlock(&lock);
   if (st != NULL) return st;
   return CALL(S_AddCustomOpDomain, AddDomain)(options, domain);

@@ -59,6 +59,7 @@ ENV = "EDGEOPS_NATIVE_BRIDGE"
 _SOURCE = Path(__file__).with_name("native.c")
 _DONE_KEY = "edgeops.native_registered"
 _DESC_LEN = 1024              # as DESC_LEN in native.c
+ABI = 4                       # as edgeops_native_abi in native.c
 _FLOAT = 1                    # ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT
 
 _lock = threading.Lock()
@@ -84,23 +85,53 @@ def _key() -> str:
     return h.hexdigest()[:16]
 
 
+def source_hash() -> str:
+    """sha256 of the native.c beside this module (what a prebuilt library must embed)."""
+    return hashlib.sha256(_SOURCE.read_bytes()).hexdigest()
+
+
+PREBUILT = Path(__file__).with_name("_prebuilt")
+PREBUILT_ENV = "EDGEOPS_NATIVE_PREBUILT"
+_how: str | None = None       # "prebuilt" or "built" once used
+_skipped: str | None = None   # why the prebuilt library was not used
+
+
+def prebuilt_path(machine: str | None = None) -> Path:
+    """Where the wheel's prebuilt library for ``machine`` (this one's by default) lies."""
+    return PREBUILT / (machine or platform.machine()) / "edgeops_native.so"
+
+
 def wanted() -> bool:
     """Whether sessions should use the native bridge (``EDGEOPS_NATIVE_BRIDGE`` is not 0)."""
     return switch(ENV, True)
 
 
 def status() -> dict:
-    """``{"used": bool, "library": path or None, "why": reason when not used}`` (builds and
-    checks the library if that was not tried yet in this process)."""
+    """``{"used": bool, "how": "prebuilt" | "built" | None, "library": path or None, "why":
+    reason when not used, "prebuilt": why the prebuilt library was not used (None when it
+    was)}`` (finds, builds and checks the library if that was not tried yet in this process)."""
     lib = library()
-    return {"used": lib is not None, "library": str(_path) if lib is not None else None,
-            "why": _why}
+    return {"used": lib is not None, "how": _how if lib is not None else None,
+            "library": str(_path) if lib is not None else None, "why": _why,
+            "prebuilt": _skipped}
+
+
+def describe() -> str:
+    """One line for ``edgeops doctor``: which bridge packages use here, and why."""
+    st = status()
+    if st["used"]:
+        extra = f" (prebuilt not used: {st['prebuilt']})" if st["how"] != "prebuilt" else ""
+        return f"native bridge {st['how']}: {st['library']}{extra}"
+    return (f"native bridge not used ({st['why']}); packages run through "
+            f"onnxruntime-extensions' Python custom ops, slower")
 
 
 def library():
     """The loaded native library, or None (off, no compiler, or its check failed: see
-    :func:`status`). Built and checked once per machine, loaded once per process."""
-    global _lib, _path, _why, _tried
+    :func:`status`). Prebuilt (the wheel's, for this machine, when built from this native.c),
+    else built with the C compiler once per machine; checked once per library and ONNX Runtime
+    version; loaded once per process."""
+    global _lib, _path, _why, _tried, _how
     if not wanted():
         _why = f"turned off ({ENV}=0)"
         return None
@@ -110,11 +141,13 @@ def library():
         if _tried:
             return _lib
         try:
-            path = _build()
+            path, how = _prebuilt(), "prebuilt"
+            if path is None:
+                path, how = _build(), "built"
             _loadable(path)
             if not switch("EDGEOPS_NATIVE_SELFTEST", False):
-                _check(path)
-            _lib, _path = _load(path), path
+                _check(path, how)
+            _lib, _path, _how = _load(path), path, how
             _why = None
         except _Unavailable as e:
             _why = str(e)
@@ -122,6 +155,31 @@ def library():
             _why = f"{type(e).__name__}: {e}"
         _tried = True
     return _lib
+
+
+def _prebuilt() -> Path | None:
+    """The prebuilt library for this machine when it was built from this native.c, else None
+    (and :data:`_skipped` says why)."""
+    global _skipped
+    p = prebuilt_path()
+    if not switch(PREBUILT_ENV, True):
+        _skipped = f"turned off ({PREBUILT_ENV}=0)"
+    elif sys.platform != "linux" or not p.is_file():
+        _skipped = f"none for {sys.platform}/{platform.machine()}"
+    else:
+        try:
+            lib = ctypes.CDLL(str(p))
+            lib.edgeops_native_source.restype = ctypes.c_char_p
+            got = lib.edgeops_native_source().decode()
+        except (OSError, AttributeError) as e:
+            _skipped = f"{p} cannot be loaded here: {e}"
+            return None
+        if got == source_hash():
+            _skipped = None
+            return p
+        _skipped = (f"{p} was built from another native.c (scripts/build_bridge.sh rebuilds "
+                    f"it)")
+    return None
 
 
 class _Unavailable(Exception):
@@ -161,10 +219,18 @@ def _loadable(path: Path) -> None:
         raise _Unavailable(f"{path.name} cannot be loaded here: {e}") from None
 
 
-def _check(path: Path) -> None:
-    """Run :func:`_selftest` in a child process once per built library (a marker file keeps the
-    verdict): an ABI mismatch would crash the child, not this process."""
+def _check(path: Path, how: str = "built") -> None:
+    """Run :func:`_selftest` in a child process once per library and ONNX Runtime version (a
+    marker file in the cache keeps the verdict; a prebuilt library's lies where it may not be
+    writable, so its marker goes to the cache): an ABI mismatch would crash the child, not
+    this process."""
     mark = path.with_suffix(".checked")
+    if how == "prebuilt":
+        from edgeops import cache
+        h = hashlib.sha256(path.read_bytes())
+        h.update(f"|{_ort_version()}".encode())
+        mark = cache.root() / "native" / f"prebuilt-{h.hexdigest()[:16]}.checked"
+        mark.parent.mkdir(parents=True, exist_ok=True)
     if mark.is_file():
         verdict = mark.read_text()
         if verdict == "ok":
@@ -194,7 +260,7 @@ _COMPUTE = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_int64, ctypes.c_void_p, cty
 
 def _load(path: Path):
     lib = ctypes.CDLL(str(path))
-    if lib.edgeops_native_abi() != 3:
+    if lib.edgeops_native_abi() != ABI:
         raise _Unavailable(f"{path} is another version of the library; delete it")
     lib.edgeops_native_declare.argtypes = [ctypes.c_char_p, ctypes.c_int64, ctypes.c_int64]
     lib.edgeops_native_declare.restype = ctypes.c_int64
@@ -204,6 +270,8 @@ def _load(path: Path):
     lib.edgeops_native_take_dead.argtypes = [ctypes.c_void_p, ctypes.c_int64]
     lib.edgeops_native_take_dead.restype = ctypes.c_int64
     lib.edgeops_native_callbacks.argtypes = [_CREATE, _COMPUTE]
+    lib.edgeops_native_fail.argtypes = [ctypes.c_char_p]
+    lib.edgeops_native_status_compute.restype = ctypes.c_int
     lib.edgeops_native_publish.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
                                            ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
                                            ctypes.c_void_p]
@@ -535,6 +603,10 @@ class _Tensor:
 def _compute(handle, context, desc, kernel):
     """One call of a kernel: inputs from ``desc`` (see native.c), outputs into ONNX Runtime's
     buffers. Never raises: failures are recorded as the other bridge records them."""
+    from edgeops.ort import errors
+    stop = _status_compute()
+    n0 = errors.recorded()
+    quiet = errors.set_quiet(True) if stop else None
     try:
         k = _kernels.get(handle)
         if k is None:
@@ -573,6 +645,8 @@ def _compute(handle, context, desc, kernel):
                     raise RuntimeError(f"ONNX Runtime gave no buffer for output {j} {y.shape}")
                 continue
             ctypes.memmove(dst, y.ctypes.data, y.nbytes)
+        if stop and errors.recorded() > n0:     # the kernel failed (recorded, NaN outputs)
+            return _fail(errors.since(n0))
         if handle in _pending:
             try:
                 _plan(handle, spec, ins, kernel)
@@ -582,11 +656,26 @@ def _compute(handle, context, desc, kernel):
         return 0
     except BaseException as e:  # noqa: BLE001  (nothing may escape into ONNX Runtime)
         try:
-            from edgeops.ort.errors import record_error
-            record_error(f"native bridge: {type(e).__name__}: {e}")
+            errors.record_error(f"native bridge: {type(e).__name__}: {e}")
+            return _fail(errors.since(n0))
         except BaseException:  # noqa: BLE001
-            pass
-        return 1
+            return 1
+    finally:
+        if stop:
+            errors.set_quiet(quiet)
+
+
+def _status_compute() -> bool:
+    """Whether the ops were registered with the status-returning compute (ONNX Runtime >= 1.16:
+    a failing kernel then stops the run with its message)."""
+    return bool(_lib is not None and _lib.edgeops_native_status_compute())
+
+
+def _fail(messages) -> int:
+    """Hand the library the failing call's message (its status for ONNX Runtime); nonzero."""
+    msg = "; ".join(messages) or "edgeops kernel failed"
+    _lib.edgeops_native_fail(msg.encode("utf-8", "replace")[:2000])
+    return 1
 
 
 def adopt(model) -> bool:

