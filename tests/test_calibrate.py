@@ -95,3 +95,38 @@ def test_to_local_runs_the_grid_through_the_transport(tmp_path, one_grid):
                  "--grid", "tiny", "--threads", "1", "--force", "--json"]) == 0
     doc = json.loads(cal.path_for("host").read_text())
     assert doc["provenance"]["grid"] == "tiny"
+
+
+def test_tune_model_reads_the_calibration(capsys, tmp_path, monkeypatch):
+    """``tune MODEL`` reports the calibration's prediction of each tuned node next to the
+    tiling's floor: a made-up calibration (a fixed cost a call, per side) must come back."""
+    from edgeops import boards
+    monkeypatch.setenv("EDGEOPS_CACHE_DIR", str(tmp_path))
+    k, m = C.current_keys()
+    host = boards.load("host")
+    entries = {f"{side}|*|fp32|t1": {"call_s": s, "comp_eff": None, "bw_eff": None,
+                                     "weight_bw_eff": None, "rows": 9, "band": 0.125}
+               for side, s in (("edgeops", 3e-3), ("ort", 7e-3))}
+    doc = {"format": cal.FORMAT, "board": "host", "entries": entries, "rows": [],
+           "provenance": {"board": cal.descriptor(host), "kernels_key": k, "machine_key": m,
+                          "date": "2026-12-03T00:00:00Z"}}
+    cal.path_for("host").parent.mkdir(parents=True)
+    cal.path_for("host").write_text(json.dumps(doc))
+    assert main(["tune", "sample", "--board", "host", "--threads", "1", "--budget", "2000",
+                 "--no-cache", "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert got["calibration"].startswith("host calibration")
+    rows = [n["calibrated"] for n in got["nodes"] if "best" in n]
+    assert rows and all(c["ort_s"] > 0 for c in rows)
+    # ONNX Runtime's: 7 ms a kernel it runs; edgeops': 3 ms a call, where a kernel takes the node
+    assert all(c["ort_s"] == pytest.approx(7e-3 * round(c["ort_s"] / 7e-3)) for c in rows)
+    mine = [c for c in rows if c["kernel"]]
+    assert mine and all(c["edgeops_s"] == pytest.approx(3e-3) and c["edgeops_band"] == 0.125
+                        for c in mine)
+    assert got["totals"]["calibrated_edgeops_s"] == pytest.approx(3e-3 * len(mine))
+    cal.path_for("host").unlink()
+    assert main(["tune", "sample", "--board", "host", "--threads", "1", "--budget", "2000",
+                 "--no-cache", "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert "no calibration" in got["calibration"]
+    assert not any("calibrated" in n for n in got["nodes"])
