@@ -130,3 +130,19 @@ def test_tune_model_reads_the_calibration(capsys, tmp_path, monkeypatch):
     got = json.loads(capsys.readouterr().out)
     assert "no calibration" in got["calibration"]
     assert not any("calibrated" in n for n in got["nodes"])
+
+
+def test_nodes_reading_an_identity_of_a_constant_are_measured():
+    """TorchScript's GroupNorm reads its scale and bias through Identity nodes: the ONNX Runtime
+    side of a one-node cut must carry them as constants, else every GroupNorm after the first
+    has no edgeops row and the package's prediction counts it as ONNX Runtime's."""
+    from edgeops import boards, modelzoo
+    from edgeops.lower.measure import _cut, _ort_session
+    b = boards.load("host")
+    norms = [(n, k, o) for n, k, o in C.plan(modelzoo.build("unet_block", size=4), b)
+             if n.op_type == "GroupNormAct" and k is not None]
+    assert len(norms) == 6
+    for n, k, orig in norms:
+        _ours, theirs, feeds = _cut([n], [k], [orig])
+        assert set(feeds) == {i.name for i in theirs.graph.input}
+        _ort_session(theirs, 1).run(None, feeds)
