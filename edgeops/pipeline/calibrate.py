@@ -126,7 +126,7 @@ def measure_rows(model, board, threads: int, tag: str = "", advance=lambda: None
     from edgeops.lower.policy import _signature
     for n, k, originals in plan(model, board):
         base = {"model": tag, "node": n.name, "op": n.op_type, "dtype": cal.node_dtype(n),
-                "threads": threads, "signature": _signature(n)}
+                "threads": threads, "signature": _signature(n), "reuse": cal.reuse(n)}
         t = measure(n, k, originals, threads) if k is not None else None
         fam = {"ort": cal.ort_family(n)}
         if t is not None and all(v is not None and v != float("inf") for v in t):
@@ -141,6 +141,30 @@ def measure_rows(model, board, threads: int, tag: str = "", advance=lambda: None
                              "family": fam["ort"],
                              "x": cal.features(n, "ort", board, threads).tolist()})
         advance()
+    return rows
+
+
+def add_reuse(rows: list[dict], board) -> list[dict]:
+    """Give rows measured before they carried it their ``reuse`` (what the in-model cold term
+    needs, :func:`edgeops.simulator.calibration.reuse`), from the zoo network their ``model``
+    tag names ("name:size", "name:default"); rows of other models are left as they are."""
+    from edgeops import modelzoo
+    from edgeops.simulator import calibration as cal
+    nodes: dict = {}
+    for r in rows:
+        if r.get("reuse") is not None:
+            continue
+        tag = r.get("model") or ""
+        if tag not in nodes:
+            name, _, size = tag.partition(":")
+            try:
+                m = modelzoo.build(name, size=None if size in ("", "default") else int(size))
+                nodes[tag] = {n.name: n for n, _k, _o in plan(m, board)}
+            except (EdgeOpsError, ValueError):
+                nodes[tag] = {}
+        n = nodes[tag].get(r["node"])
+        if n is not None:
+            r["reuse"] = cal.reuse(n)
     return rows
 
 
@@ -210,7 +234,7 @@ def calibrate(board: str = "host", *, grid: str = DEFAULT_GRID, threads=(1, 2), 
     doc = {"format": cal.FORMAT, "board": b.name,
            "provenance": provenance(b, grid, threads, time.perf_counter() - t0, overhead),
            "entries": entries, "rows": rows, "wholes": wholes,
-           "in_model": cal.in_model_factors(rows, wholes, entries, overhead)}
+           "in_model": cal.in_model_factors(rows, wholes, entries, overhead, b)}
     if not out:
         target.parent.mkdir(parents=True, exist_ok=True)    # the cache's own directory
     tmp = target.with_name(target.name + ".tmp")
