@@ -160,10 +160,14 @@ def run(models, threads, cal_path, rows_from=None, do_refit=False):
             w = {"lowered": len(lowered), "lowered_nodes": sorted(lowered),
                  "predicted_s": pred[0], "lomo_predicted_s": lomo[0],
                  "ort_predicted_s": pred[1], "lomo_ort_predicted_s": lomo[1]}
+            # the in-model part alone: this run's measured one-node figures, not predicted ones
+            # (on shared cores both drift with the load together; docs/notes/calibration.md)
+            inm = whole_prediction(rows, None, doc.get("in_model", {}), lowered, ov, b)
             if m is not None:
                 w.update(measured_s=m[0], ort_measured_s=m[1], ratio=pred[0] / m[0],
                          lomo_ratio=lomo[0] / m[0], ort_ratio=pred[1] / m[1],
-                         lomo_ort_ratio=lomo[1] / m[1])
+                         lomo_ort_ratio=lomo[1] / m[1], from_rows_ratio=inm[0] / m[0],
+                         ort_from_rows_ratio=inm[1] / m[1])
             rec["whole"][mode] = w
         rec["rows_detail"] = [{k: r[k] for k in ("node", "family", "side", "seconds")}
                               | {"predicted_s": predict_row(doc["entries"], r)} for r in rows]
@@ -184,7 +188,8 @@ def summary(recs, threads):
                         "worst_mape": max(m["mape"] for m in ms),
                         "min_spearman": min(m["spearman"] for m in ms)}
         for mode in ("all", "auto"):
-            for key in ("ratio", "lomo_ratio", "ort_ratio", "lomo_ort_ratio"):
+            for key in ("ratio", "lomo_ratio", "ort_ratio", "lomo_ort_ratio", "from_rows_ratio",
+                        "ort_from_rows_ratio"):
                 v = [r["whole"][mode][key] for r in recs if r["threads"] == t
                      and key in r["whole"].get(mode, {})]
                 if v:
@@ -206,7 +211,8 @@ def print_report(out):
                 print(f"  whole --lower {mode:4s} ({w['lowered']:2d} lowered): measured "
                       f"{w['measured_s'] * 1e3:8.3f} ms  pred/meas {w['ratio']:.2f}  LOMO "
                       f"{w['lomo_ratio']:.2f}   ORT: measured {w['ort_measured_s'] * 1e3:8.3f} ms"
-                      f"  pred/meas {w['ort_ratio']:.2f}  LOMO {w['lomo_ort_ratio']:.2f}")
+                      f"  pred/meas {w['ort_ratio']:.2f}  LOMO {w['lomo_ort_ratio']:.2f}   from "
+                      f"measured rows {w['from_rows_ratio']:.2f} / ORT {w['ort_from_rows_ratio']:.2f}")
     print("summary:")
     for k, v in out["summary"].items():
         print(f"  {k}: {v}")

@@ -300,11 +300,12 @@ def whole_terms(rows: list[dict], entries: dict, lowered: set, ov: float, cache:
     """Per side ("edgeops": the ``lowered`` nodes, "ort": the others, "ort_all": every node as
     ONNX Runtime's session runs them) of one model's rows: [gemm-class seconds, other seconds,
     in-model cold bytes / ``bw``], each node its one-node prediction less the session's own run
-    ``ov``; the terms :func:`in_model_factors` weighs."""
+    ``ov`` (``entries`` None: its measured one-node figure); the terms
+    :func:`in_model_factors` weighs."""
     by: dict[str, dict] = {}
     for r in rows:
         d = by.setdefault(r["node"], {"op": r.get("op") or r["family"], "reuse": r.get("reuse")})
-        d[r["side"]] = predict_row(entries, r)
+        d[r["side"]] = r["seconds"] if entries is None else predict_row(entries, r)
     out = {k: np.zeros(3) for k in ("edgeops", "ort", "ort_all")}
     for node, d in by.items():
         cls = 0 if op_class(d["op"]) == "gemm" else 1
@@ -389,10 +390,11 @@ def in_model_terms(factors: dict, side: str) -> np.ndarray:
     return np.asarray(f, float)
 
 
-def whole_predicted(rows: list[dict], entries: dict, factors: dict, lowered: set, ov: float,
-                    board) -> tuple[float, float]:
+def whole_predicted(rows: list[dict], entries: dict | None, factors: dict, lowered: set,
+                    ov: float, board) -> tuple[float, float]:
     """(package s, ONNX Runtime's session s) of one model predicted from its rows under the
-    in-model ``factors`` of their thread count (:func:`in_model_factors`), one run on top."""
+    in-model ``factors`` of their thread count (:func:`in_model_factors`), one run on top;
+    ``entries`` None: from the rows' measured one-node figures (the in-model part alone)."""
     t = int(rows[0]["threads"]) if rows else 1
     f = factors.get(f"t{t}", {})
     bw = rates(board, "fp32", t)[2]
