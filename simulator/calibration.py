@@ -322,11 +322,20 @@ def whole_terms(rows: list[dict], entries: dict, lowered: set, ov: float, cache:
     return out
 
 
-def _nnls_abs(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    keep = y > 0
-    if not keep.any():
-        return np.zeros(x.shape[1])
-    return nnls_rel(x[keep], y[keep])
+def _theil_sen(s: np.ndarray, d: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """[f, f, k] of y = f * s + k * d over the models, robustly: y/s = f + k * (d/s) is a line,
+    its slope the median of the pairwise slopes (Theil-Sen), floored at 0, and f the median
+    intercept. A median, not least squares: the grid's whole models on shared cores carry
+    outliers (one package 2x its usual), and 12 points cannot outvote them."""
+    ok = (s > 0) & (y > 0)
+    if not ok.any():
+        return np.array([1.0, 1.0, 0.0])
+    u, v = d[ok] / s[ok], y[ok] / s[ok]
+    slopes = [(v[j] - v[i]) / (u[j] - u[i]) for i in range(len(u)) for j in range(i + 1, len(u))
+              if abs(u[j] - u[i]) > 1e-12 * max(abs(u[i]), abs(u[j]), 1e-30)]
+    k = max(float(np.median(slopes)), 0.0) if slopes else 0.0
+    f = float(np.median(v - k * u))
+    return np.array([f, f, k])
 
 
 def in_model_factors(rows: list[dict], wholes: list[dict], entries: dict, overhead: dict,
@@ -336,10 +345,10 @@ def in_model_factors(rows: list[dict], wholes: list[dict], entries: dict, overhe
     per side on the measured whole models ``wholes`` (``{model, threads, lowered: [node],
     package_s, ort_s}``): ONNX Runtime's on its session of the original, edgeops' on the package
     with every node lowered it could (ONNX Runtime's terms for the nodes it keeps). A model's
-    time less one run = f_gemm * its GEMM-class nodes' one-node seconds + f_other * the others'
+    time less one run = f * its nodes' one-node seconds (f_gemm = f_other: one factor a side)
     + k_cold * the bytes they read from off-chip memory inside the model and not alone, at the
     board's bandwidth (:func:`in_model_cold`, the cache a share of the last level, the share
-    that fits best). Why: packages ran 1.3-2.9x their nodes' one-node sums, more with the
+    that fits best); f and k by :func:`_theil_sen`. Why: packages ran 1.3-2.9x their nodes' one-node sums, more with the
     weights than a cache holds (docs/notes/calibration.md)."""
     out = {}
     llc = llc_bytes(board) if board is not None else 0.0
@@ -356,21 +365,18 @@ def in_model_factors(rows: list[dict], wholes: list[dict], entries: dict, overhe
             if not terms:
                 break
             # one factor for every node of a side (a factor per op class overfits 12 models)
-            tie = lambda v: np.array([v[0] + v[1], v[2]])       # noqa: E731
-            xo = np.array([tie(tm["ort_all"]) for tm in terms])
+            xo = np.array([tm["ort_all"] for tm in terms])
             yo = np.array([w["ort_s"] - ov for w in ws])
-            fo = _nnls_abs(xo, yo)
-            fo = np.array([fo[0], fo[0], fo[1]])
+            fo = _theil_sen(xo[:, 0] + xo[:, 1], xo[:, 2], yo)
             pk = [(tm, w) for tm, w in zip(terms, ws) if w.get("package_s")]
-            xe = np.array([tie(tm["edgeops"]) for tm, _w in pk]).reshape(-1, 2)
+            xe = np.array([tm["edgeops"] for tm, _w in pk]).reshape(-1, 3)
             ye = np.array([w["package_s"] - ov - fo @ tm["ort"] for tm, w in pk])
-            fe = _nnls_abs(xe, ye) if len(pk) else np.ones(2)
-            fe = np.array([fe[0], fe[0], fe[1]])
-            err = float(np.sum((np.array([fo @ tm["ort_all"] for tm in terms]) / yo - 1) ** 2))
+            fe = _theil_sen(xe[:, 0] + xe[:, 1], xe[:, 2], ye) if len(pk) else np.ones(3)
+            err = float(np.sum((xo @ fo / yo - 1) ** 2))
             if len(pk):
                 tot = np.array([w["package_s"] - ov for _tm, w in pk])
-                err += float(np.sum((np.array([fe @ tm["edgeops"] + fo @ tm["ort"]
-                                               for tm, _w in pk]) / tot - 1) ** 2))
+                err += float(np.sum(((xe @ fe + np.array([fo @ tm["ort"] for tm, _w in pk]))
+                                     / tot - 1) ** 2))
             if best is None or err < best[0]:
                 best = (err, fo, fe, llc * share)
         if best is None:
