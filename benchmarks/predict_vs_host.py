@@ -93,7 +93,7 @@ def refit(doc, board):
     return doc
 
 
-def measure_all(models, threads, board):
+def measure_all(models, threads, board, fixed=None):
     """{(name, size, threads): (rows, {mode: (lowered node names, [package s, ORT s] or None)})}."""
     from edgeops import modelzoo
     from edgeops.lower.measure import measure_model
@@ -103,7 +103,7 @@ def measure_all(models, threads, board):
         src = modelzoo.build(name, size=size)
         tag = f"{name}:{size or 'default'}"
         for t in threads:
-            rows = measure_rows(src, board, t, tag)
+            rows = measure_rows(src, board, t, tag, fixed=fixed)
             wholes = {}
             for mode in ("all", "auto"):
                 lw = lowered_for(src, board, mode, t, rows)
@@ -139,7 +139,8 @@ def run(models, threads, cal_path, rows_from=None, do_refit=False):
     out = {"calibration": str(cal_path), "provenance": doc["provenance"], "models": [],
            "targets": TARGETS, "in_model": doc.get("in_model"), "refit": do_refit,
            "rows_from": rows_from}
-    measured = measured_from(rows_from, b) if rows_from else measure_all(models, threads, b)
+    measured = measured_from(rows_from, b) if rows_from else \
+        measure_all(models, threads, b, doc["provenance"].get("rates"))
     all_rows = [r for rows, _w in measured.values() for r in rows]
     for (name, size, t), (rows, wholes) in measured.items():
         tag = f"{name}:{size or 'default'}"

@@ -102,13 +102,16 @@ def _tbytes(t) -> int:
     return 0 if t is None or t.nbytes is None else int(t.nbytes)
 
 
-def features(node, side: str, board, threads: int | None) -> np.ndarray:
+def features(node, side: str, board, threads: int | None, fixed: dict | None = None) -> np.ndarray:
     """[calls, seconds at the board's peak, activation bytes and constant (weight) bytes each
     at its bandwidth] of ``node`` (an ``edgeops.graph`` node, fused or not) for ``side``: the
     model is their weighted sum. Weights apart: a kernel may pack them per call (neon's GEMMs)
-    or once per session (ONNX Runtime's), at rates unlike streaming activations."""
+    or once per session (ONNX Runtime's), at rates unlike streaming activations. ``fixed``:
+    {"<dtype>|t<N>": [gemm, stream, bandwidth]} to use instead of the board's (a calibration's
+    own board: ``host``'s figures are measured and may have been measured again since)."""
     dt = node_dtype(node)
-    gemm, stream, bw, _ = rates(board, dt, threads)
+    got = (fixed or {}).get(f"{dt}|t{threads}")
+    gemm, stream, bw = got if got else rates(board, dt, threads)[:3]
     consts = sum(_tbytes(t) for t in node.input_tensors if t is not None and t.is_const)
     if side == "ort":
         from edgeops.simulator.peer import peer_passes
@@ -485,6 +488,8 @@ class Calibration:
         self.entries = (doc or {}).get("entries", {})
         src = ((doc or {}).get("provenance") or {}).get("board") or {}
         self.clock_ratio = 1.0
+        # its own board: the rates the efficiencies were fitted against, not today's figures
+        self.fixed = None if borrowed_from else ((doc or {}).get("provenance") or {}).get("rates")
         if borrowed_from and src.get("clock_hz"):
             self.clock_ratio = src["clock_hz"] / descriptor(board)["clock_hz"]
 
@@ -539,7 +544,7 @@ class Calibration:
         e, level, used = self._entry(side, fam, node_dtype(node), t, node.op_type)
         if e is None:
             return None
-        x = features(node, side, self.board, t)
+        x = features(node, side, self.board, t, self.fixed)
         raw = apply(e, x, self.clock_ratio)
         ov = 0.0 if side == "kernel" else self.overhead_s(t)
         s = max(raw - ov, 0.1 * raw)

@@ -31,6 +31,7 @@ def test_calibration_file_has_provenance_and_fits_what_it_measured(one_grid):
     assert {"edgeops", "onnxruntime", "numba"} <= set(prov["versions"])
     assert prov["grid_models"] == ["swiglu_mlp:4"] and prov["threads"] == [1]
     assert prov["board"]["name"] == "host" and prov["date"].endswith("Z")
+    assert len(prov["rates"]["fp32|t1"]) == 3 and min(prov["rates"]["fp32|t1"]) > 0
     sides = {r["side"] for r in doc["rows"]}
     assert sides == {"edgeops", "kernel", "ort"}
     assert all(r["seconds"] > 0 and len(r["x"]) == 4 for r in doc["rows"])

@@ -117,9 +117,11 @@ def plan(model, board):
     return out
 
 
-def measure_rows(model, board, threads: int, tag: str = "", advance=lambda: None) -> list[dict]:
+def measure_rows(model, board, threads: int, tag: str = "", advance=lambda: None,
+                 fixed: dict | None = None) -> list[dict]:
     """Calibration rows (:func:`edgeops.simulator.calibration.fit`) of every node of ``model``:
-    one-node session seconds as measured (the session's own run included)."""
+    one-node session seconds as measured (the session's own run included); features at the
+    board's rates, or ``fixed`` ones (a calibration's, :func:`fitted_rates`)."""
     from edgeops.lower.measure import measure
     from edgeops.simulator import calibration as cal
     rows = []
@@ -133,13 +135,13 @@ def measure_rows(model, board, threads: int, tag: str = "", advance=lambda: None
             for side, s in zip(("edgeops", "ort", "kernel"), t):
                 rows.append({**base, "side": side, "kernel": k.name, "seconds": s,
                              "family": fam.get(side, k.name),
-                             "x": cal.features(n, side, board, threads).tolist()})
+                             "x": cal.features(n, side, board, threads, fixed).tolist()})
         else:
             o = _ort_only(n, originals, threads)
             if o is not None:
                 rows.append({**base, "side": "ort", "kernel": None, "seconds": o,
                              "family": fam["ort"],
-                             "x": cal.features(n, "ort", board, threads).tolist()})
+                             "x": cal.features(n, "ort", board, threads, fixed).tolist()})
         advance()
     return rows
 
@@ -192,7 +194,23 @@ def provenance(board, grid: str, threads, seconds: float, overhead: dict) -> dic
             "kernels_key": k, "machine_key": m,
             "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "method": METHOD,
             "grid": grid, "grid_models": [f"{n}:{s}" for n, s in grid_items(grid)],
-            "threads": list(threads), "session_overhead_s": overhead, "wall_s": seconds}
+            "threads": list(threads), "session_overhead_s": overhead, "wall_s": seconds,
+            "rates": fitted_rates(board, threads)}
+
+
+def fitted_rates(board, threads) -> dict:
+    """{"<dtype>|t<N>": [gemm, stream, bandwidth]}: the board's rates the rows' features were
+    computed with, which predictions on this board keep using (host's are measured figures,
+    cached apart, and measured again with a new cache or machine state)."""
+    from edgeops.simulator.calibration import rates
+    out = {}
+    for dt in ("fp32", "fp16", "int8"):
+        for t in threads:
+            try:
+                out[f"{dt}|t{t}"] = [float(v) for v in rates(board, dt, t)[:3]]
+            except EdgeOpsError:
+                pass
+    return out
 
 
 def calibrate(board: str = "host", *, grid: str = DEFAULT_GRID, threads=(1, 2), out=None,

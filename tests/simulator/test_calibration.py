@@ -181,3 +181,22 @@ def test_in_model_cold_term_is_fitted(rng):
     got = C.in_model_factors(rows, wholes, C.fit(rows), {"1": ov}, b)["t1"]
     assert got["ort"] == pytest.approx([f_o, f_o, k_o], rel=1e-3)
     assert got["edgeops"] == pytest.approx([f_e, f_e, k_e], rel=1e-3)
+
+
+def test_its_own_board_keeps_the_rates_it_was_fitted_against(rng):
+    """host's peak and bandwidth are measured figures, cached apart: a calibration predicts with
+    the rates its rows were computed with, not figures measured again since; a board borrowing
+    it uses its own."""
+    b = boards.load("rpi5")
+    entries = C.fit(_rows(b, 1, COEF, rng))
+    conv = next(n for n in _sample_nodes() if n.op_type == "Conv")
+    gemm, stream, bw, _ = C.rates(b, "fp32", 1)
+    doc = _doc(b, entries)
+    doc["provenance"]["rates"] = {"fp32|t1": [gemm / 2, stream / 2, bw / 2]}
+    own = C.Calibration(b, doc).estimate(conv, "ort", 1).seconds
+    e = C.Calibration(b, doc)._entry("ort", C.ort_family(conv), "fp32", 1, "Conv")[0]
+    want = C.apply(e, C.features(conv, "ort", b, 1, doc["provenance"]["rates"]))
+    assert own == pytest.approx(want, rel=1e-9)
+    assert own > C.Calibration(b, _doc(b, entries)).estimate(conv, "ort", 1).seconds
+    lent = C.Calibration(boards.load("rk3588"), doc, borrowed_from="rpi5", factor=2.0)
+    assert lent.fixed is None
