@@ -102,13 +102,16 @@ def _tbytes(t) -> int:
     return 0 if t is None or t.nbytes is None else int(t.nbytes)
 
 
-def features(node, side: str, board, threads: int | None) -> np.ndarray:
+def features(node, side: str, board, threads: int | None, fixed: dict | None = None) -> np.ndarray:
     """[calls, seconds at the board's peak, activation bytes and constant (weight) bytes each
     at its bandwidth] of ``node`` (an ``edgeops.graph`` node, fused or not) for ``side``: the
     model is their weighted sum. Weights apart: a kernel may pack them per call (neon's GEMMs)
-    or once per session (ONNX Runtime's), at rates unlike streaming activations."""
+    or once per session (ONNX Runtime's), at rates unlike streaming activations. ``fixed``:
+    {"<dtype>|t<N>": [gemm, stream, bandwidth]} to use instead of the board's (a calibration's
+    own board: ``host``'s figures are measured and may have been measured again since)."""
     dt = node_dtype(node)
-    gemm, stream, bw, _ = rates(board, dt, threads)
+    got = (fixed or {}).get(f"{dt}|t{threads}")
+    gemm, stream, bw = got if got else rates(board, dt, threads)[:3]
     consts = sum(_tbytes(t) for t in node.input_tensors if t is not None and t.is_const)
     if side == "ort":
         from edgeops.simulator.peer import peer_passes
@@ -123,6 +126,79 @@ def features(node, side: str, board, threads: int | None) -> np.ndarray:
     if side == "edgeops":     # the bridge copies each activation in and the output out
         act *= 2
     return np.array([1.0, float(node.flops or 0) / peak, act / bw, consts / bw])
+
+
+# ---- caches: what a node reads from off-chip memory, alone and inside a model ----------------
+
+def llc_bytes(board) -> float:
+    """The board's last on-chip cache level: its largest chip-wide memory, else the largest
+    per-core one times the cores."""
+    on = [m for m in board.memories if not m.offchip]
+    chip = [m.size_bytes for m in on if m.scope == "chip"]
+    if chip:
+        return float(max(chip))
+    cores = {c.name: int(c.count) for c in board.cores}
+    return float(max((m.size_bytes * cores.get(m.scope, 1) for m in on), default=0))
+
+
+def miss(distance: float, cache: float) -> float:
+    """The share of a tensor's bytes read from off-chip memory when ``distance`` bytes were
+    touched since it was last (a cache with random replacement of ``cache`` bytes: none below
+    the cache, half at twice it)."""
+    return 0.0 if distance <= cache or distance <= 0 else 1.0 - cache / distance
+
+
+def _reads(node) -> list:
+    return [t for t in node.input_tensors if t is not None]
+
+
+def footprint(node) -> float:
+    """Bytes a node touches once: what it reads (weights included) and its outputs."""
+    return float(sum(_tbytes(t) for t in _reads(node)) +
+                 sum(_tbytes(t) for t in node.output_tensors if t is not None))
+
+
+def _reuse(g) -> dict:
+    """Per graph (computed once): each node's position and the running sum of footprints in
+    execution order, the tensor producers' positions and the total (one run's bytes)."""
+    got = getattr(g, "_calibration_reuse", None)
+    if got is not None:
+        return got
+    from edgeops.graph import CONSTANT_OPS
+    order = [n for n in g.nodes if n.op_type not in CONSTANT_OPS]
+    pos, prod, acc = {}, {}, [0.0]
+    for i, n in enumerate(order):
+        pos[n.name] = i
+        acc.append(acc[-1] + footprint(n))
+        for o in n.outputs:
+            if o:
+                prod[o] = i
+    got = {"pos": pos, "prod": prod, "acc": acc, "total": acc[-1]}
+    try:
+        g._calibration_reuse = got
+    except AttributeError:      # a graph that takes no attributes: computed every time
+        pass
+    return got
+
+
+def cold_bytes(node, cache: float) -> tuple[float, float]:
+    """(bytes ``node`` reads from off-chip memory alone, in a one-node loop; the same inside its
+    graph, run after run): alone, everything it touches every call; inside the graph, its
+    weights and the graph's inputs were last touched a whole run ago, an activation when its
+    producer wrote it, the bytes of the nodes between since (:func:`miss`)."""
+    reads = _reads(node)
+    alone = miss(footprint(node), cache) * sum(_tbytes(t) for t in reads)
+    g = getattr(node, "graph", None)
+    r = _reuse(g) if g is not None else None
+    if r is None or node.name not in r["pos"]:
+        return alone, alone
+    i, acc, whole = r["pos"][node.name], r["acc"], r["total"]
+    inside = 0.0
+    for t in reads:
+        j = None if t.is_const else r["prod"].get(t.name)
+        d = whole if j is None else acc[i] - acc[j + 1] + _tbytes(t)
+        inside += miss(d, cache) * _tbytes(t)
+    return alone, inside
 
 
 # ---- fitting ------------------------------------------------------------------------------
@@ -194,50 +270,146 @@ def predict_row(entries: dict, row: dict, clock_ratio: float = 1.0) -> float | N
     return None if e is None else apply(e, np.asarray(row["x"]), clock_ratio)
 
 
-def whole_parts(rows: list[dict], entries: dict, lowered: set, ov: float) -> tuple[float, float]:
-    """(edgeops s of the ``lowered`` nodes, ONNX Runtime s of the others) of one model's rows,
-    each node its one-node prediction less the session's own run ``ov``."""
+def reuse(node) -> dict:
+    """What :func:`in_model_cold` needs of a node, kept with its calibration row: its footprint
+    ``F`` and, per tensor it reads, [bytes, bytes touched since it was last inside the graph]."""
+    g = getattr(node, "graph", None)
+    r = _reuse(g) if g is not None else None
+    reads = _reads(node)
+    if r is None or node.name not in r["pos"]:
+        return {"F": footprint(node), "reads": []}
+    i, acc, whole = r["pos"][node.name], r["acc"], r["total"]
+    out = []
+    for t in reads:
+        j = None if t.is_const else r["prod"].get(t.name)
+        out.append([float(_tbytes(t)), whole if j is None else acc[i] - acc[j + 1] + _tbytes(t)])
+    return {"F": footprint(node), "reads": out}
+
+
+def in_model_cold(ru: dict, cache: float) -> float:
+    """Bytes a node reads from off-chip memory inside its graph beyond what it read alone in a
+    one-node loop (negative: fewer), for a cache of ``cache`` bytes (:func:`cold_bytes`)."""
+    if not ru or not ru.get("reads"):
+        return 0.0
+    total = sum(b for b, _d in ru["reads"])
+    return sum(miss(d, cache) * b for b, d in ru["reads"]) - miss(ru["F"], cache) * total
+
+
+CACHE_SHARES = (1.0, 0.5, 0.25, 0.125)   # of the last cache level, tried by in_model_factors
+
+
+def whole_terms(rows: list[dict], entries: dict, lowered: set, ov: float, cache: float,
+                bw: float) -> dict:
+    """Per side ("edgeops": the ``lowered`` nodes, "ort": the others, "ort_all": every node as
+    ONNX Runtime's session runs them) of one model's rows: [gemm-class seconds, other seconds,
+    in-model cold bytes / ``bw``], each node its one-node prediction less the session's own run
+    ``ov`` (``entries`` None: its measured one-node figure); the terms
+    :func:`in_model_factors` weighs."""
     by: dict[str, dict] = {}
     for r in rows:
-        by.setdefault(r["node"], {})[r["side"]] = predict_row(entries, r)
-    e_sum = o_sum = 0.0
-    for node, sides in by.items():
-        if node in lowered and sides.get("edgeops") is not None:
-            e_sum += max(sides["edgeops"] - ov, 0.0)
+        d = by.setdefault(r["node"], {"op": r.get("op") or r["family"], "reuse": r.get("reuse")})
+        d[r["side"]] = r["seconds"] if entries is None else predict_row(entries, r)
+    out = {k: np.zeros(3) for k in ("edgeops", "ort", "ort_all")}
+    for node, d in by.items():
+        cls = 0 if op_class(d["op"]) == "gemm" else 1
+        cold = in_model_cold(d["reuse"], cache) / bw
+        o = np.zeros(3)
+        o[cls], o[2] = max((d.get("ort") or 0.0) - ov, 0.0), cold
+        out["ort_all"] += o
+        if node in lowered and d.get("edgeops") is not None:
+            e = np.zeros(3)
+            e[cls], e[2] = max(d["edgeops"] - ov, 0.0), cold
+            out["edgeops"] += e
         else:
-            o_sum += max((sides.get("ort") or 0.0) - ov, 0.0)
-    return e_sum, o_sum
+            out["ort"] += o
+    return out
 
 
-def in_model_factors(rows: list[dict], wholes: list[dict], entries: dict,
-                     overhead: dict) -> dict:
-    """``{"t<N>": {"ort": f, "edgeops": f, "models": n}}``: what a node costs inside a whole
-    model over its one-node figure, the median over the measured whole models ``wholes``
-    (``{model, threads, lowered: [node], package_s, ort_s}``): ONNX Runtime's from its session
-    of the original, edgeops' from the package with every node lowered it could
-    (docs/notes/calibration.md: packages ran 1.3-2.9x their nodes' one-node sums)."""
+def _theil_sen(s: np.ndarray, d: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """[f, f, k] of y = f * s + k * d over the models, robustly: y/s = f + k * (d/s) is a line,
+    its slope the median of the pairwise slopes (Theil-Sen), floored at 0, and f the median
+    intercept. A median, not least squares: the grid's whole models on shared cores carry
+    outliers (one package 2x its usual), and 12 points cannot outvote them."""
+    ok = (s > 0) & (y > 0)
+    if not ok.any():
+        return np.array([1.0, 1.0, 0.0])
+    u, v = d[ok] / s[ok], y[ok] / s[ok]
+    slopes = [(v[j] - v[i]) / (u[j] - u[i]) for i in range(len(u)) for j in range(i + 1, len(u))
+              if abs(u[j] - u[i]) > 1e-12 * max(abs(u[i]), abs(u[j]), 1e-30)]
+    k = max(float(np.median(slopes)), 0.0) if slopes else 0.0
+    f = float(np.median(v - k * u))
+    return np.array([f, f, k])
+
+
+def in_model_factors(rows: list[dict], wholes: list[dict], entries: dict, overhead: dict,
+                     board=None) -> dict:
+    """``{"t<N>": {"ort": [f_gemm, f_other, k_cold], "edgeops": [...], "cache": bytes,
+    "models": n}}``: what nodes cost inside a whole model over their one-node figures, fitted
+    per side on the measured whole models ``wholes`` (``{model, threads, lowered: [node],
+    package_s, ort_s}``): ONNX Runtime's on its session of the original, edgeops' on the package
+    with every node lowered it could (ONNX Runtime's terms for the nodes it keeps). A model's
+    time less one run = f * its nodes' one-node seconds (f_gemm = f_other: one factor a side)
+    + k_cold * the bytes they read from off-chip memory inside the model and not alone, at the
+    board's bandwidth (:func:`in_model_cold`, the cache a share of the last level, the share
+    that fits best); f and k by :func:`_theil_sen`. Why: packages ran 1.3-2.9x their nodes' one-node sums, more with the
+    weights than a cache holds (docs/notes/calibration.md)."""
     out = {}
+    llc = llc_bytes(board) if board is not None else 0.0
     for t in sorted({int(w["threads"]) for w in wholes}):
         ov = float(overhead.get(str(t), 0.0))
+        bw = rates(board, "fp32", t)[2] if board is not None else 1.0
         ws = [w for w in wholes if int(w["threads"]) == t and w.get("ort_s")]
         mrows = {w["model"]: [r for r in rows if r["model"] == w["model"] and
                               int(r["threads"]) == t] for w in ws}
-        fo = []
-        for w in ws:
-            _, o_all = whole_parts(mrows[w["model"]], entries, set(), ov)
-            if o_all > 0:
-                fo.append((w["ort_s"] - ov) / o_all)
-        if not fo:
+        best = None
+        for share in CACHE_SHARES if llc else (1.0,):
+            terms = [whole_terms(mrows[w["model"]], entries, set(w["lowered"]), ov, llc * share,
+                                 bw) for w in ws]
+            if not terms:
+                break
+            # one factor for every node of a side (a factor per op class overfits 12 models)
+            xo = np.array([tm["ort_all"] for tm in terms])
+            yo = np.array([w["ort_s"] - ov for w in ws])
+            fo = _theil_sen(xo[:, 0] + xo[:, 1], xo[:, 2], yo)
+            pk = [(tm, w) for tm, w in zip(terms, ws) if w.get("package_s")]
+            xe = np.array([tm["edgeops"] for tm, _w in pk]).reshape(-1, 3)
+            ye = np.array([w["package_s"] - ov - fo @ tm["ort"] for tm, w in pk])
+            fe = _theil_sen(xe[:, 0] + xe[:, 1], xe[:, 2], ye) if len(pk) else np.ones(3)
+            err = float(np.sum((xo @ fo / yo - 1) ** 2))
+            if len(pk):
+                tot = np.array([w["package_s"] - ov for _tm, w in pk])
+                err += float(np.sum(((xe @ fe + np.array([fo @ tm["ort"] for tm, _w in pk]))
+                                     / tot - 1) ** 2))
+            if best is None or err < best[0]:
+                best = (err, fo, fe, llc * share)
+        if best is None:
             continue
-        f_o = float(np.median(fo))
-        fe = []
-        for w in ws:
-            e_sum, o_rest = whole_parts(mrows[w["model"]], entries, set(w["lowered"]), ov)
-            if e_sum > 0 and w.get("package_s"):
-                fe.append((w["package_s"] - ov - f_o * o_rest) / e_sum)
-        out[f"t{t}"] = {"ort": f_o, "edgeops": float(np.median(fe)) if fe else 1.0,
-                        "models": len(ws)}
+        _err, fo, fe, cache = best
+        out[f"t{t}"] = {"ort": fo.tolist(), "edgeops": fe.tolist(), "cache": cache,
+                        "cache_share": cache / llc if llc else 0.0, "models": len(ws)}
     return out
+
+
+def in_model_terms(factors: dict, side: str) -> np.ndarray:
+    """[f_gemm, f_other, k_cold] of ``side`` from an in-model entry (:func:`in_model_factors`);
+    an older file's one factor a side counts for both classes, with no cold term."""
+    f = factors.get(side, 1.0)
+    if isinstance(f, (int, float)):
+        return np.array([float(f), float(f), 0.0])
+    return np.asarray(f, float)
+
+
+def whole_predicted(rows: list[dict], entries: dict | None, factors: dict, lowered: set,
+                    ov: float, board) -> tuple[float, float]:
+    """(package s, ONNX Runtime's session s) of one model predicted from its rows under the
+    in-model ``factors`` of their thread count (:func:`in_model_factors`), one run on top;
+    ``entries`` None: from the rows' measured one-node figures (the in-model part alone)."""
+    t = int(rows[0]["threads"]) if rows else 1
+    f = factors.get(f"t{t}", {})
+    bw = rates(board, "fp32", t)[2]
+    tm = whole_terms(rows, entries, lowered, ov, float(f.get("cache", 0.0)), bw)
+    fe, fo = in_model_terms(f, "edgeops"), in_model_terms(f, "ort")
+    return float(fe @ tm["edgeops"] + fo @ tm["ort"] + ov), float(fo @ tm["ort_all"] + ov)
 
 
 def apply(entry: dict, x: np.ndarray, clock_ratio: float = 1.0) -> float:
@@ -316,6 +488,8 @@ class Calibration:
         self.entries = (doc or {}).get("entries", {})
         src = ((doc or {}).get("provenance") or {}).get("board") or {}
         self.clock_ratio = 1.0
+        # its own board: the rates the efficiencies were fitted against, not today's figures
+        self.fixed = None if borrowed_from else ((doc or {}).get("provenance") or {}).get("rates")
         if borrowed_from and src.get("clock_hz"):
             self.clock_ratio = src["clock_hz"] / descriptor(board)["clock_hz"]
 
@@ -339,13 +513,13 @@ class Calibration:
         t = min((int(k) for k in ov), key=lambda k: (abs(k - threads), -k))
         return float(ov[str(t)]) * self.clock_ratio
 
-    def in_model(self, side: str, threads: int) -> float:
-        """The in-model factor of ``side`` (:func:`in_model_factors`), the nearest threads'."""
+    def in_model(self, side: str, threads: int) -> dict:
+        """The in-model entry (:func:`in_model_factors`) of the nearest thread count measured."""
         f = (self.doc or {}).get("in_model") or {}
         if side == "kernel" or not f:
-            return 1.0
+            return {}
         t = min((int(k[1:]) for k in f), key=lambda k: (abs(k - threads), -k))
-        return float(f[f"t{t}"].get(side, 1.0))
+        return f[f"t{t}"]
 
     def _entry(self, side, family, dtype, threads, op=None):
         ts = sorted({int(k.rsplit("|t", 1)[1]) for k in self.entries if k.startswith(side + "|")},
@@ -370,12 +544,19 @@ class Calibration:
         e, level, used = self._entry(side, fam, node_dtype(node), t, node.op_type)
         if e is None:
             return None
-        x = features(node, side, self.board, t)
+        x = features(node, side, self.board, t, self.fixed)
         raw = apply(e, x, self.clock_ratio)
         ov = 0.0 if side == "kernel" else self.overhead_s(t)
         s = max(raw - ov, 0.1 * raw)
         band = min(e["band"] * self.factor, BAND_CAP) * raw / s
-        s *= self.in_model(side, t)
+        im = self.in_model(side, t)
+        if im:      # inside a model: its class's factor, and what it reads cold there
+            f = in_model_terms(im, side)
+            s *= f[0] if op_class(node.op_type) == "gemm" else f[1]
+            if f[2] and im.get("cache_share"):     # this board's cache, the share fitted
+                bw = rates(self.board, node_dtype(node), t)[2]
+                cache = im["cache_share"] * llc_bytes(self.board)
+                s = max(s + f[2] * in_model_cold(reuse(node), cache) / bw, 0.1 * raw)
         src = f"{self.borrowed_from or self.board.name} calibration ({level}, {used} thr)"
         if self.borrowed_from:
             src += f", borrowed, band x{self.factor:.1f}"

@@ -31,6 +31,7 @@ def test_calibration_file_has_provenance_and_fits_what_it_measured(one_grid):
     assert {"edgeops", "onnxruntime", "numba"} <= set(prov["versions"])
     assert prov["grid_models"] == ["swiglu_mlp:4"] and prov["threads"] == [1]
     assert prov["board"]["name"] == "host" and prov["date"].endswith("Z")
+    assert len(prov["rates"]["fp32|t1"]) == 3 and min(prov["rates"]["fp32|t1"]) > 0
     sides = {r["side"] for r in doc["rows"]}
     assert sides == {"edgeops", "kernel", "ort"}
     assert all(r["seconds"] > 0 and len(r["x"]) == 4 for r in doc["rows"])
@@ -95,3 +96,54 @@ def test_to_local_runs_the_grid_through_the_transport(tmp_path, one_grid):
                  "--grid", "tiny", "--threads", "1", "--force", "--json"]) == 0
     doc = json.loads(cal.path_for("host").read_text())
     assert doc["provenance"]["grid"] == "tiny"
+
+
+def test_tune_model_reads_the_calibration(capsys, tmp_path, monkeypatch):
+    """``tune MODEL`` reports the calibration's prediction of each tuned node next to the
+    tiling's floor: a made-up calibration (a fixed cost a call, per side) must come back."""
+    from edgeops import boards
+    monkeypatch.setenv("EDGEOPS_CACHE_DIR", str(tmp_path))
+    k, m = C.current_keys()
+    host = boards.load("host")
+    entries = {f"{side}|*|fp32|t1": {"call_s": s, "comp_eff": None, "bw_eff": None,
+                                     "weight_bw_eff": None, "rows": 9, "band": 0.125}
+               for side, s in (("edgeops", 3e-3), ("ort", 7e-3))}
+    doc = {"format": cal.FORMAT, "board": "host", "entries": entries, "rows": [],
+           "provenance": {"board": cal.descriptor(host), "kernels_key": k, "machine_key": m,
+                          "date": "2026-12-03T00:00:00Z"}}
+    cal.path_for("host").parent.mkdir(parents=True)
+    cal.path_for("host").write_text(json.dumps(doc))
+    assert main(["tune", "sample", "--board", "host", "--threads", "1", "--budget", "2000",
+                 "--no-cache", "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert got["calibration"].startswith("host calibration")
+    rows = [n["calibrated"] for n in got["nodes"] if "best" in n]
+    assert rows and all(c["ort_s"] > 0 for c in rows)
+    # ONNX Runtime's: 7 ms a kernel it runs; edgeops': 3 ms a call, where a kernel takes the node
+    assert all(c["ort_s"] == pytest.approx(7e-3 * round(c["ort_s"] / 7e-3)) for c in rows)
+    mine = [c for c in rows if c["kernel"]]
+    assert mine and all(c["edgeops_s"] == pytest.approx(3e-3) and c["edgeops_band"] == 0.125
+                        for c in mine)
+    assert got["totals"]["calibrated_edgeops_s"] == pytest.approx(3e-3 * len(mine))
+    cal.path_for("host").unlink()
+    assert main(["tune", "sample", "--board", "host", "--threads", "1", "--budget", "2000",
+                 "--no-cache", "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert "no calibration" in got["calibration"]
+    assert not any("calibrated" in n for n in got["nodes"])
+
+
+def test_nodes_reading_an_identity_of_a_constant_are_measured():
+    """TorchScript's GroupNorm reads its scale and bias through Identity nodes: the ONNX Runtime
+    side of a one-node cut must carry them as constants, else every GroupNorm after the first
+    has no edgeops row and the package's prediction counts it as ONNX Runtime's."""
+    from edgeops import boards, modelzoo
+    from edgeops.lower.measure import _cut, _ort_session
+    b = boards.load("host")
+    norms = [(n, k, o) for n, k, o in C.plan(modelzoo.build("unet_block", size=4), b)
+             if n.op_type == "GroupNormAct" and k is not None]
+    assert len(norms) == 6
+    for n, k, orig in norms:
+        _ours, theirs, feeds = _cut([n], [k], [orig])
+        assert set(feeds) == {i.name for i in theirs.graph.input}
+        _ort_session(theirs, 1).run(None, feeds)

@@ -44,7 +44,8 @@ def add(sub):
     p.add_argument("--remeasure", action="store_true",
                    help="with --measure-table: measure this thread count's entries again instead of reading them")
     p.add_argument("--threads", type=threads, metavar="N",
-                   help="with --measure-table: threads both sides run with (default: every core)")
+                   help="threads both sides run with: --measure-table's, and the calibrated "
+                        "predictions' of a MODEL (default: every core)")
     p.set_defaults(func=run)
 
 
@@ -131,6 +132,8 @@ def tune_model_cli(args) -> dict:
     with progress_bar(not args.json, "tuning nodes") as bar:
         doc = tune_model(model, args.board, objective=args.objective, cache=not args.no_cache,
                          target=args.target, budget=args.budget, progress=bar)
+    from edgeops.pipeline.predict import calibrate_tuned
+    calibrate_tuned(doc, model, args.board, args.threads)
     tuned = [n for n in doc["nodes"] if "best" in n]
     if args.out:
         write_plan(args.out, doc["board"], {n["node"]: n["best"]["tiling"] for n in tuned},
@@ -184,22 +187,32 @@ def _print_model(doc: dict) -> None:
     from rich.table import Table
     c = console()
     t = Table(title=f"{e(doc['model'])} on {doc['board']} (objective {doc['objective']})")
-    for col in ("node", "op", "decomposition", "off-chip", "latency", "bound", "vs bound", "note"):
+    for col in ("node", "op", "decomposition", "off-chip", "latency", "bound", "vs bound",
+                "calibrated", "ORT calibrated", "note"):
         t.add_column(col, overflow="fold")
+
+    def band(cb, side):
+        s = cb.get(f"{side}_s")
+        return "" if s is None else f"{fmt_s(s)} ±{cb[side + '_band']:.0%}"
     for n in doc["nodes"]:
         if "best" in n:
-            b = n["best"]
+            b, cb = n["best"], n.get("calibrated", {})
             t.add_row(e(n["node"]), e(n["op"]), n["decomposition"], fmt_bytes(b["offchip_bytes"]),
                       fmt_s(b["latency_s"]), b["bound"],
                       f"{n['ratio_to_bound']:.2f}" if n.get("ratio_to_bound") else "",
-                      "cached" if n["cached"] else "")
+                      band(cb, "edgeops"), band(cb, "ort"), "cached" if n["cached"] else "")
         else:
-            t.add_row(e(n["node"]), e(n["op"]), "-", "", "", "", "", e(n["reason"][:60]))
+            t.add_row(e(n["node"]), e(n["op"]), "-", "", "", "", "", "", "", e(n["reason"][:60]))
     c.print(t)
     tt = doc["totals"]
     c.print(f"{tt['tuned']} of {tt['nodes']} nodes tiled ({tt['cached']} from the cache); sum of "
             f"latencies {fmt_s(tt['latency_s'])}, off-chip {fmt_bytes(tt['offchip_bytes'])}; "
             f"{tt['candidates_evaluated']:,} candidates in {tt['seconds']:.2f} s")
+    if "calibrated_edgeops_s" in tt:
+        c.print(f"calibrated ({e(doc['calibration'])}): edgeops kernels "
+                f"{fmt_s(tt['calibrated_edgeops_s'])}, ONNX Runtime {fmt_s(tt['calibrated_ort_s'])}")
+    elif doc.get("calibration"):
+        c.print(f"latencies are ideal-tiling floors: {e(doc['calibration'])}")
     for k in ("out", "plot"):
         if doc.get(k):
             c.print(f"wrote {e(doc[k])}")

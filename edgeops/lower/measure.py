@@ -364,8 +364,9 @@ def _mini(protos, g, output: str, feeds: dict | None = None):
         t = g.tensors.get(x)
         if t is None or not t.is_static or t.dtype is None:
             raise _CannotCut(x)
-        if t.is_const:
-            inits.append(numpy_helper.from_array(np.asarray(t.data), x))
+        src = _identity_of_const(g, x)
+        if t.is_const or src is not None:     # TorchScript's GroupNorm reads Identity(constant)
+            inits.append(numpy_helper.from_array(np.asarray((src or t).data), x))
             continue
         dt = to_numpy(t.dtype)
         elem = helper.np_dtype_to_tensor_dtype(dt)
@@ -385,6 +386,16 @@ def _mini(protos, g, output: str, feeds: dict | None = None):
         m.opset_import.append(helper.make_opsetid("ai.edgeops", 1))
     return onnx.ModelProto.FromString(m.SerializeToString()), {k: feeds[k] for k in
                                                                 (i.name for i in inputs)}
+
+
+def _identity_of_const(g, x: str):
+    """The constant tensor ``x`` is an Identity of, or None: such an input is a weight, not an
+    activation to feed (the other side's cut reads the constant itself)."""
+    p = g.producer(x)
+    if p is None or p.op_type != "Identity" or not p.inputs:
+        return None
+    t = g.tensors.get(p.inputs[0])
+    return t if t is not None and t.is_const else None
 
 
 def _ort_session(m, threads: int | None = None):

@@ -117,30 +117,56 @@ def plan(model, board):
     return out
 
 
-def measure_rows(model, board, threads: int, tag: str = "", advance=lambda: None) -> list[dict]:
+def measure_rows(model, board, threads: int, tag: str = "", advance=lambda: None,
+                 fixed: dict | None = None) -> list[dict]:
     """Calibration rows (:func:`edgeops.simulator.calibration.fit`) of every node of ``model``:
-    one-node session seconds as measured (the session's own run included)."""
+    one-node session seconds as measured (the session's own run included); features at the
+    board's rates, or ``fixed`` ones (a calibration's, :func:`fitted_rates`)."""
     from edgeops.lower.measure import measure
     from edgeops.simulator import calibration as cal
     rows = []
     from edgeops.lower.policy import _signature
     for n, k, originals in plan(model, board):
         base = {"model": tag, "node": n.name, "op": n.op_type, "dtype": cal.node_dtype(n),
-                "threads": threads, "signature": _signature(n)}
+                "threads": threads, "signature": _signature(n), "reuse": cal.reuse(n)}
         t = measure(n, k, originals, threads) if k is not None else None
         fam = {"ort": cal.ort_family(n)}
         if t is not None and all(v is not None and v != float("inf") for v in t):
             for side, s in zip(("edgeops", "ort", "kernel"), t):
                 rows.append({**base, "side": side, "kernel": k.name, "seconds": s,
                              "family": fam.get(side, k.name),
-                             "x": cal.features(n, side, board, threads).tolist()})
+                             "x": cal.features(n, side, board, threads, fixed).tolist()})
         else:
             o = _ort_only(n, originals, threads)
             if o is not None:
                 rows.append({**base, "side": "ort", "kernel": None, "seconds": o,
                              "family": fam["ort"],
-                             "x": cal.features(n, "ort", board, threads).tolist()})
+                             "x": cal.features(n, "ort", board, threads, fixed).tolist()})
         advance()
+    return rows
+
+
+def add_reuse(rows: list[dict], board) -> list[dict]:
+    """Give rows measured before they carried it their ``reuse`` (what the in-model cold term
+    needs, :func:`edgeops.simulator.calibration.reuse`), from the zoo network their ``model``
+    tag names ("name:size", "name:default"); rows of other models are left as they are."""
+    from edgeops import modelzoo
+    from edgeops.simulator import calibration as cal
+    nodes: dict = {}
+    for r in rows:
+        if r.get("reuse") is not None:
+            continue
+        tag = r.get("model") or ""
+        if tag not in nodes:
+            name, _, size = tag.partition(":")
+            try:
+                m = modelzoo.build(name, size=None if size in ("", "default") else int(size))
+                nodes[tag] = {n.name: n for n, _k, _o in plan(m, board)}
+            except (EdgeOpsError, ValueError):
+                nodes[tag] = {}
+        n = nodes[tag].get(r["node"])
+        if n is not None:
+            r["reuse"] = cal.reuse(n)
     return rows
 
 
@@ -168,7 +194,23 @@ def provenance(board, grid: str, threads, seconds: float, overhead: dict) -> dic
             "kernels_key": k, "machine_key": m,
             "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "method": METHOD,
             "grid": grid, "grid_models": [f"{n}:{s}" for n, s in grid_items(grid)],
-            "threads": list(threads), "session_overhead_s": overhead, "wall_s": seconds}
+            "threads": list(threads), "session_overhead_s": overhead, "wall_s": seconds,
+            "rates": fitted_rates(board, threads)}
+
+
+def fitted_rates(board, threads) -> dict:
+    """{"<dtype>|t<N>": [gemm, stream, bandwidth]}: the board's rates the rows' features were
+    computed with, which predictions on this board keep using (host's are measured figures,
+    cached apart, and measured again with a new cache or machine state)."""
+    from edgeops.simulator.calibration import rates
+    out = {}
+    for dt in ("fp32", "fp16", "int8"):
+        for t in threads:
+            try:
+                out[f"{dt}|t{t}"] = [float(v) for v in rates(board, dt, t)[:3]]
+            except EdgeOpsError:
+                pass
+    return out
 
 
 def calibrate(board: str = "host", *, grid: str = DEFAULT_GRID, threads=(1, 2), out=None,
@@ -210,7 +252,7 @@ def calibrate(board: str = "host", *, grid: str = DEFAULT_GRID, threads=(1, 2), 
     doc = {"format": cal.FORMAT, "board": b.name,
            "provenance": provenance(b, grid, threads, time.perf_counter() - t0, overhead),
            "entries": entries, "rows": rows, "wholes": wholes,
-           "in_model": cal.in_model_factors(rows, wholes, entries, overhead)}
+           "in_model": cal.in_model_factors(rows, wholes, entries, overhead, b)}
     if not out:
         target.parent.mkdir(parents=True, exist_ok=True)    # the cache's own directory
     tmp = target.with_name(target.name + ".tmp")

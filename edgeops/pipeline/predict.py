@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import replace
+from types import SimpleNamespace
 
 
 def simulate_compiled(model, board, *, mode: str = "auto", shapes=None, targets=None,
@@ -76,3 +77,42 @@ def simulate_compiled(model, board, *, mode: str = "auto", shapes=None, targets=
                  "compile_predicted_latency_s": lw.predicted_latency_s,
                  "unmodelled": lw.unmodelled, "seconds": time.perf_counter() - t0}
     return sim
+
+
+def calibrate_tuned(doc: dict, g, board, threads: int | None = None) -> dict:
+    """Add to ``edgeops tune MODEL``'s document (:func:`edgeops.tiling.graphsim.tune_model`) what
+    the board's calibration (edgeops.simulator.calibration) predicts for each tuned node of
+    ``g``: through the kernel the registry would pick and on ONNX Runtime, each with its band.
+    A tiling's latency is the ideal-tiling floor the search ranks by; these are what the node is
+    expected to take (docs/notes/calibration.md). Returns ``doc``, updated in place."""
+    from edgeops import boards
+    from edgeops.lower.policy import _blocker, _select, calibration_for
+    from edgeops.pipeline.targets import import_target, load_targets
+    b = boards.load(board)
+    cal = calibration_for(b)
+    doc["calibration"] = cal.describe()
+    if not cal.available:
+        return doc
+    load_targets()
+    for t in b.targets:
+        import_target(t)
+    ctx = SimpleNamespace(board=b, targets=tuple(b.targets), opset=g.opsets.get("", 0))
+    nodes = {n.name: n for n in g.nodes}
+    tot = {"edgeops": 0.0, "ort": 0.0}
+    for row in doc["nodes"]:
+        n = nodes.get(row["node"])
+        if n is None or "best" not in row:
+            continue
+        k = _select(n, ctx)[0] if _blocker(n, ctx) is None else None
+        ests = {"ort": cal.estimate(n, "ort", threads)}
+        if k is not None:
+            ests["edgeops"] = cal.estimate(n, "edgeops", threads, k.name)
+        got = {"kernel": k.name if k is not None else None}
+        for side, e in ests.items():
+            if e is not None:
+                got |= {f"{side}_s": e.seconds, f"{side}_band": e.band, f"{side}_source": e.source}
+                tot[side] += e.seconds
+        row["calibrated"] = got
+    doc["totals"]["calibrated_edgeops_s"] = tot["edgeops"]
+    doc["totals"]["calibrated_ort_s"] = tot["ort"]
+    return doc

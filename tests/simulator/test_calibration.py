@@ -134,8 +134,10 @@ def test_in_model_factors_and_their_use(rng, tmp_path):
         pkg = ov + f_e * sum(e[n] - ov for n in low) + f_o * sum(o[n] - ov for n in o if n not in low)
         wholes.append({"model": m, "threads": 1, "lowered": low, "package_s": pkg,
                        "ort_s": ov + f_o * sum(v - ov for v in o.values())})
-    got = C.in_model_factors(rows, wholes, entries, {"1": ov})["t1"]
-    assert got["ort"] == pytest.approx(f_o, rel=1e-6) and got["edgeops"] == pytest.approx(f_e, rel=1e-6)
+    got = C.in_model_factors(rows, wholes, entries, {"1": ov}, b)["t1"]
+    # no row reads anything cold inside its model here: no cold term, one factor per side
+    assert got["ort"] == pytest.approx([f_o, f_o, 0.0], rel=1e-6, abs=1e-9)
+    assert got["edgeops"] == pytest.approx([f_e, f_e, 0.0], rel=1e-6, abs=1e-9)
     doc = _doc(b, entries) | {"in_model": {"t1": got},
                               "provenance": _doc(b, entries)["provenance"] | {
                                   "session_overhead_s": {"1": ov}}}
@@ -143,3 +145,58 @@ def test_in_model_factors_and_their_use(rng, tmp_path):
     raw = float(np.dot(COEF["ort"], C.features(conv, "ort", b, 1)))
     assert C.Calibration(b, doc).estimate(conv, "ort", 1).seconds == pytest.approx(
         f_o * (raw - ov), rel=1e-6)
+
+
+def test_miss_and_in_model_cold_bytes():
+    assert C.miss(10, 20) == 0 and C.miss(40, 20) == pytest.approx(0.5)
+    # alone: a 30-byte footprint in a 20-byte cache reads a third of its 24 bytes cold (8);
+    # inside: the weight (16 B) a whole run of 100 B ago (80% cold), the input (8 B) just made
+    ru = {"F": 30.0, "reads": [[16.0, 100.0], [8.0, 8.0]]}
+    assert C.in_model_cold(ru, 20.0) == pytest.approx(16 * 0.8 - 24 / 3)
+    assert C.in_model_cold({"F": 1.0, "reads": []}, 20.0) == 0.0
+
+
+def test_in_model_cold_term_is_fitted(rng):
+    """Whole models whose nodes also pay k per byte they read cold inside the model give back
+    k (the cache share does not matter when the distances dwarf every cache tried)."""
+    b = boards.load("rpi5")
+    bw = C.rates(b, "fp32", 1)[2]
+    rows, wholes = [], []
+    ov, f_o, f_e, k_o, k_e = 5e-6, 1.2, 1.8, 3.0, 12.0
+    for i, m in enumerate(("a:1", "b:1", "c:1", "d:1")):
+        base = _rows(b, 1, COEF, rng)
+        idx = {n: j for j, n in enumerate(dict.fromkeys(r["node"] for r in base))}
+        mine = [dict(r, model=m, reuse={"F": 1.0, "reads": [[2e6 * (i + 1) * (idx[r["node"]] % 3),
+                                                             1e15]]}) for r in base]
+        rows += mine
+        node = lambda side: {r["node"]: (float(np.dot(COEF[side], r["x"])) - ov,      # noqa: E731
+                                         r["reuse"]["reads"][0][0] / bw)
+                             for r in mine if r["side"] == side}
+        e, o = node("edgeops"), node("ort")
+        low = sorted(e)[:3 + i % 2]
+        pkg = ov + sum(f_e * e[n][0] + k_e * e[n][1] for n in low) + \
+            sum(f_o * s + k_o * c for n, (s, c) in o.items() if n not in low)
+        wholes.append({"model": m, "threads": 1, "lowered": low, "package_s": pkg,
+                       "ort_s": ov + sum(f_o * s + k_o * c for s, c in o.values())})
+    got = C.in_model_factors(rows, wholes, C.fit(rows), {"1": ov}, b)["t1"]
+    assert got["ort"] == pytest.approx([f_o, f_o, k_o], rel=1e-3)
+    assert got["edgeops"] == pytest.approx([f_e, f_e, k_e], rel=1e-3)
+
+
+def test_its_own_board_keeps_the_rates_it_was_fitted_against(rng):
+    """host's peak and bandwidth are measured figures, cached apart: a calibration predicts with
+    the rates its rows were computed with, not figures measured again since; a board borrowing
+    it uses its own."""
+    b = boards.load("rpi5")
+    entries = C.fit(_rows(b, 1, COEF, rng))
+    conv = next(n for n in _sample_nodes() if n.op_type == "Conv")
+    gemm, stream, bw, _ = C.rates(b, "fp32", 1)
+    doc = _doc(b, entries)
+    doc["provenance"]["rates"] = {"fp32|t1": [gemm / 2, stream / 2, bw / 2]}
+    own = C.Calibration(b, doc).estimate(conv, "ort", 1).seconds
+    e = C.Calibration(b, doc)._entry("ort", C.ort_family(conv), "fp32", 1, "Conv")[0]
+    want = C.apply(e, C.features(conv, "ort", b, 1, doc["provenance"]["rates"]))
+    assert own == pytest.approx(want, rel=1e-9)
+    assert own > C.Calibration(b, _doc(b, entries)).estimate(conv, "ort", 1).seconds
+    lent = C.Calibration(boards.load("rk3588"), doc, borrowed_from="rpi5", factor=2.0)
+    assert lent.fixed is None
