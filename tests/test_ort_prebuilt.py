@@ -57,7 +57,7 @@ import onnxruntime as ort
 from onnx import TensorProto, helper
 path = sys.argv[1]
 lib = ctypes.CDLL(path)
-assert lib.edgeops_native_abi() == 3, lib.edgeops_native_abi()
+assert lib.edgeops_native_abi() == int(sys.argv[2]), lib.edgeops_native_abi()
 lib.edgeops_native_source.restype = ctypes.c_char_p
 lib.edgeops_native_declare.argtypes = [ctypes.c_char_p, ctypes.c_int64, ctypes.c_int64]
 lib.edgeops_native_declare.restype = ctypes.c_int64
@@ -111,7 +111,8 @@ print("status" if status else "v1", "raised" if "twice: deliberate failure" in f
 
 
 def _abi_check(cmd: list[str], path: Path, env=None) -> str:
-    r = subprocess.run([*cmd, "-c", _ABI_CHECK, str(path)], capture_output=True, text=True,
+    r = subprocess.run([*cmd, "-c", _ABI_CHECK, str(path), str(native.ABI)], capture_output=True,
+                       text=True,
                        timeout=600, env=env)
     assert r.returncode == 0, r.stderr[-2000:]
     return r.stdout.strip().splitlines()[-1]
