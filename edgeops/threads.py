@@ -293,14 +293,28 @@ def pin_layer() -> str:
     starts (edgeops.plans.prepare_numba starts it and checks what it got)."""
     if os.environ.get("NUMBA_THREADING_LAYER") or _par._is_initialized:
         return str(numba.config.THREADING_LAYER)
-    for name, module in (("omp", "omppool"), ("tbb", "tbbpool")):
-        try:
-            __import__(f"numba.np.ufunc.{module}")
-        except ImportError:       # e.g. libtbb missing
+    # found without loading: loading OpenMP's runtime now would fix its wait policy before
+    # edgeops.ort.configure_openmp sets it (OpenMP reads its environment when it loads)
+    import ctypes.util
+    import importlib.util
+    for name, module, lib in (("omp", "omppool", "gomp"), ("omp", "omppool", "omp"),
+                              ("tbb", "tbbpool", "tbb")):
+        if importlib.util.find_spec(f"numba.np.ufunc.{module}") is None:
+            continue
+        if ctypes.util.find_library(lib) is None and not _bundled(module):
             continue
         numba.config.THREADING_LAYER = name
         return name
     return str(numba.config.THREADING_LAYER)
+
+
+def _bundled(module: str) -> bool:
+    """Whether the layer's extension links a runtime library shipped inside the numba wheel
+    (the wheels' OpenMP layer needs the system libgomp; TBB comes as the ``tbb`` wheel)."""
+    if module != "tbbpool":
+        return False
+    import importlib.util
+    return importlib.util.find_spec("tbb") is not None
 
 
 def pool_safe() -> bool:
