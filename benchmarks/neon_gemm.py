@@ -77,53 +77,57 @@ def worker(sizes, repeats, int8) -> list[dict]:
 ZOO_SHAPES = [(128, 768, 768), (128, 768, 3072), (128, 3072, 768), (128, 2048, 768)]
 
 
-def vs_ort(runs: int) -> list[dict]:
-    """One thread: ONNX Runtime's MatMul (weight an initializer, packed once by MLAS) vs the
-    kernel a package step runs (B packed once by ``prepack_b``, A read in place), calls
-    interleaved; medians. What a session adds around the kernel is region_breakdown's job."""
-    import numba
+def _vs_ort_shape(M: int, K: int, N: int, runs: int, rng) -> dict:
     import numpy as np
     import onnxruntime as ort
     from onnx import TensorProto, helper, numpy_helper
 
     from edgeops.targets.neon import epilogue as ep
     from edgeops.targets.neon import gemm as G
+    w = rng.standard_normal((K, N), dtype=np.float32)
+    x = rng.standard_normal((M, K), dtype=np.float32)
+    g = helper.make_graph([helper.make_node("MatMul", ["X", "W"], ["Y"])], "g",
+                          [helper.make_tensor_value_info("X", TensorProto.FLOAT, [M, K])],
+                          [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [M, N])],
+                          [numpy_helper.from_array(w, "W")])
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = so.inter_op_num_threads = 1
+    sess = ort.InferenceSession(helper.make_model(g).SerializeToString(), so,
+                                providers=["CPUExecutionProvider"])
+    lay = G.flat_layout(M, N, K, [0], [0], [0], None, None)
+    bpk = G.prepack_b(lay, w.reshape(-1), N, 1)
+    c = np.empty(M * N, np.float32)
+    xf, zb = x.reshape(-1), np.zeros(1, np.float32)
+
+    def eo():
+        G.run_flat(lay, xf, K, 1, zb, N, 1, c, N, np.float32(1), False, zb, ep.BIAS_NONE, 0,
+                   0.0, 0.0, bpk)
+
+    def ort_run():
+        sess.run(None, {"X": x})
+    t_o, t_e = [], []
+    ort_run()        # warm-up (and the Numba disk cache loads)
+    eo()
+    for _ in range(runs):
+        for f, ts in ((ort_run, t_o), (eo, t_e)):
+            t = time.perf_counter()
+            f()
+            ts.append(time.perf_counter() - t)
+    mo, me = statistics.median(t_o), statistics.median(t_e)
+    return {"shape": f"{M}x{K}x{N}", "ort_us": mo * 1e6, "edgeops_us": me * 1e6,
+            "ort_gflops": 2 * M * N * K / mo / 1e9, "edgeops_gflops": 2 * M * N * K / me / 1e9,
+            "ratio": mo / me, "blocking": (lay["mc"], lay["nc"], lay["kc"])}
+
+
+def vs_ort(runs: int) -> list[dict]:
+    """One thread: ONNX Runtime's MatMul (weight an initializer, packed once by MLAS) vs the
+    kernel a package step runs (B packed once by ``prepack_b``, A read in place), calls
+    interleaved; medians. What a session adds around the kernel is region_breakdown's job."""
+    import numba
+    import numpy as np
     numba.set_num_threads(1)
     rng = np.random.default_rng(0)
-    rows = []
-    for M, K, N in ZOO_SHAPES:
-        w = rng.standard_normal((K, N), dtype=np.float32)
-        x = rng.standard_normal((M, K), dtype=np.float32)
-        g = helper.make_graph([helper.make_node("MatMul", ["X", "W"], ["Y"])], "g",
-                              [helper.make_tensor_value_info("X", TensorProto.FLOAT, [M, K])],
-                              [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [M, N])],
-                              [numpy_helper.from_array(w, "W")])
-        so = ort.SessionOptions()
-        so.intra_op_num_threads = so.inter_op_num_threads = 1
-        sess = ort.InferenceSession(helper.make_model(g).SerializeToString(), so,
-                                    providers=["CPUExecutionProvider"])
-        lay = G.flat_layout(M, N, K, [0], [0], [0], None, None)
-        bpk = G.prepack_b(lay, w.reshape(-1), N, 1)
-        c = np.empty(M * N, np.float32)
-        xf, zb = x.reshape(-1), np.zeros(1, np.float32)
-
-        def eo():
-            G.run_flat(lay, xf, K, 1, zb, N, 1, c, N, np.float32(1), False, zb, ep.BIAS_NONE, 0,
-                       0.0, 0.0, bpk)
-        t_o, t_e = [], []
-        sess.run(None, {"X": x})        # warm-up (and the Numba disk cache loads)
-        eo()
-        for _ in range(runs):
-            for f, ts in ((lambda: sess.run(None, {"X": x}), t_o), (eo, t_e)):
-                t = time.perf_counter()
-                f()
-                ts.append(time.perf_counter() - t)
-        mo, me = statistics.median(t_o), statistics.median(t_e)
-        rows.append({"shape": f"{M}x{K}x{N}", "ort_us": mo * 1e6, "edgeops_us": me * 1e6,
-                     "ort_gflops": 2 * M * N * K / mo / 1e9,
-                     "edgeops_gflops": 2 * M * N * K / me / 1e9, "ratio": mo / me,
-                     "blocking": (lay["mc"], lay["nc"], lay["kc"])})
-    return rows
+    return [_vs_ort_shape(M, K, N, runs, rng) for M, K, N in ZOO_SHAPES]
 
 
 def run_threads(threads: int, args) -> list[dict]:
