@@ -236,7 +236,9 @@ def _check(path: Path, how: str = "built") -> None:
         if verdict == "ok":
             return
         raise _Unavailable(verdict)
-    env = dict(os.environ, EDGEOPS_NATIVE_SELFTEST="1")
+    # the child checks programs too: a caller's EDGEOPS_NATIVE_PLANS=0 (region_breakdown sets
+    # it for its own sessions) must not fail the library's verdict for good
+    env = dict(os.environ, EDGEOPS_NATIVE_SELFTEST="1", EDGEOPS_NATIVE_PLANS="1")
     try:
         r = subprocess.run([sys.executable, "-c", "from edgeops.ort import native; "
                             "native._selftest()"], capture_output=True, text=True, env=env,
