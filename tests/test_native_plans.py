@@ -82,6 +82,10 @@ def _cases(rng):
                          lambda i, w: softmax(i["x"], -1))
     c["softmax middle"] = ([_node("Softmax", ["x"], axis=1)], {"x": x}, {},
                            lambda i, w: softmax(i["x"], 1))
+    # above SMALL_ELEMENTS (the parallel kernel, which the entry inlines), rows long enough
+    # that a vectorised sum's order shows in the bits
+    c["softmax large"] = ([_node("Softmax", ["x"], axis=-1)], {"x": 3 * f(3, 7, 1601)}, {},
+                          lambda i, w: softmax(i["x"], -1))
     xl = f(2, 19, 97)
 
     def ln(v, g, b, eps=1e-5):

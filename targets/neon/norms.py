@@ -296,16 +296,26 @@ def _row_max(v, n):
     return _vm.f32_from_bits(np.int32(hi if hi >= 0 else lo))
 
 
-@njit(cache=True, fastmath=_REDUCE, error_model="numpy")
+@njit(cache=True, inline="always", fastmath=_FM, error_model="numpy")
 def _exp_sum(xv, yv, m, n):
-    """yv[:n] = exp(xv[:n] - m) and their sum, in one pass. Reassociation lets the sum keep
-    vector partials (a float sum does not vectorise without it); exp_nonpos32 is written to be
-    safe under it. Called, not inlined by Numba: these flags stay in this function."""
-    s = np.float32(0)
+    """yv[:n] = exp(xv[:n] - m) and their sum. The sum keeps 16 partials in a fixed order (lane
+    j % 16, then a fixed tree), written out rather than left to reassociation: LLVM vectorises
+    a reassociated sum differently where a native entry inlines the kernel than where Python
+    calls it, and the two paths must give the same bits."""
     for j in range(n):
-        e = _vm.exp_nonpos32(xv[j] - m)
-        yv[j] = e
-        s += e
+        yv[j] = _vm.exp_nonpos32(xv[j] - m)
+    a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = np.float32(0)
+    b0 = b1 = b2 = b3 = b4 = b5 = b6 = b7 = np.float32(0)
+    n16 = n - n % 16
+    for j in range(0, n16, 16):
+        a0 += yv[j]; a1 += yv[j + 1]; a2 += yv[j + 2]; a3 += yv[j + 3]          # noqa: E702
+        a4 += yv[j + 4]; a5 += yv[j + 5]; a6 += yv[j + 6]; a7 += yv[j + 7]      # noqa: E702
+        b0 += yv[j + 8]; b1 += yv[j + 9]; b2 += yv[j + 10]; b3 += yv[j + 11]    # noqa: E702
+        b4 += yv[j + 12]; b5 += yv[j + 13]; b6 += yv[j + 14]; b7 += yv[j + 15]  # noqa: E702
+    s = (((a0 + b0) + (a1 + b1)) + ((a2 + b2) + (a3 + b3))) + \
+        (((a4 + b4) + (a5 + b5)) + ((a6 + b6) + (a7 + b7)))
+    for j in range(n16, n):
+        s += yv[j]
     return s
 
 
