@@ -87,7 +87,17 @@ def store(k: str, body: bytes, consts: dict, extensions: bool) -> None:
     """Write entry ``k`` (whole or not at all: a directory renamed into place)."""
     d = _dir(k)
     if d.is_dir():
-        return
+        if load(k) is not None:
+            return
+        # a damaged entry (its bytes no longer match) would make every later session prepare
+        # the model again: move it aside and write this one in its place
+        import shutil
+        old = d.with_name(f".old-{d.name}-{os.getpid()}")
+        try:
+            os.replace(d, old)
+        except OSError:       # another process replaced it first
+            return
+        shutil.rmtree(old, ignore_errors=True)
     d.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=d.parent, prefix=".tmp-"))
     try:
