@@ -78,16 +78,6 @@ def _sessions(model, threads: int):
     return out
 
 
-def _modes() -> list[str]:
-    """The ways the live programs' cut-able steps run now (native.c's RUN_*)."""
-    from edgeops.ort import native
-    names = {0: "numba", 1: "ort", 2: "timing", -1: "-"}
-    got = []
-    for _w, _f, _a, _v, steps, _c in list(native._published.values()):
-        got += [names.get(int(s.split.mode), "?") for s in steps if s.split is not None]
-    return got
-
-
 def row(family: str, threads: int, runs: int) -> dict:
     m = FAMILIES[family]()
     sess = _sessions(m, threads)
