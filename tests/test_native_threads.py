@@ -52,6 +52,23 @@ def test_a_cut_step_gives_the_bits_of_the_whole(rng, n, chunks):
         assert np.abs(cut - want).max() <= 3e-7 * max(1.0, float(np.abs(want).max()))
 
 
+@pytest.mark.parametrize("shape,axis", [((3, 7, 129, 131), -1), ((2, 3, 200, 96), 2),
+                                        ((1, 12, 128, 128), -1)])
+@pytest.mark.parametrize("chunks", [2, 3])
+def test_a_cut_softmax_gives_the_bits_of_the_whole(rng, shape, axis, chunks):
+    """Chunks of whole rows (in the kernel's blocks of rows on the last axis) or of whole outer
+    indices (another axis)."""
+    x = rng.standard_normal(shape).astype(np.float32) * 3
+    st = neon_native.softmax_step(x, axis, chunks)
+    assert st is not None and not isinstance(st, str), st
+    assert st.split is not None and st.split.chunks == chunks
+    whole, cut = st.run(x)[0], st.run(x, split=True)[0]
+    np.testing.assert_array_equal(cut, whole)
+    x64 = x.astype(np.float64)
+    e = np.exp(x64 - x64.max(axis=axis, keepdims=True))
+    assert np.abs(cut - e / e.sum(axis=axis, keepdims=True)).max() <= 1e-6
+
+
 def test_a_broadcast_operand_is_never_cut(rng):
     """Per-channel B: a chunk starting mid-period would read B out of phase."""
     x = rng.standard_normal((1, 64, 32, 32)).astype(np.float32)

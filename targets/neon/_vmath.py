@@ -17,6 +17,7 @@ import math
 import numpy as np
 from llvmlite import ir
 from numba import njit, types
+from numba.core import cgutils
 from numba.extending import intrinsic
 
 _LOG2E = np.float32(1.4426950408889634)
@@ -94,6 +95,186 @@ def f32_from_bits(typingctx, i):
     return types.float32(types.int32), codegen
 
 
+# Lanes of the row intrinsics below: two 512-bit registers on AVX-512, eight 128-bit ones on
+# NEON; enough independent chains to hide an add's latency.
+_LANES = 32
+
+
+def _splat(ty, v: float):
+    return ir.Constant(ty, v) if isinstance(ty, ir.FloatType) else ir.Constant(ty, [v] * ty.count)
+
+
+def _loop(builder, start, stop, step: int, inits, body):
+    """Emit ``for i in range(start, stop, step)`` carrying values: ``body(builder, i, carried)``
+    returns the new ones; the final ones are returned. ``stop - start`` must be a multiple of
+    ``step``."""
+    i64 = ir.IntType(64)
+    fn = builder.function
+    head, blk, done = (fn.append_basic_block(f"row.{b}") for b in ("head", "body", "done"))
+    entry = builder.block
+    builder.branch(head)
+    builder.position_at_end(head)
+    i = builder.phi(i64)
+    i.add_incoming(start, entry)
+    phis = []
+    for v in inits:
+        phis.append(builder.phi(v.type))
+        phis[-1].add_incoming(v, entry)
+    builder.cbranch(builder.icmp_signed("<", i, stop), blk, done)
+    builder.position_at_end(blk)
+    new = body(builder, i, phis)
+    end = builder.block
+    i.add_incoming(builder.add(i, ir.Constant(i64, step)), end)
+    for phi, v in zip(phis, new):
+        phi.add_incoming(v, end)
+    builder.branch(head)
+    builder.position_at_end(done)
+    return phis
+
+
+def _row(name, n_arrays: int, n_scalars: int, lane, combine=None, init=0.0):
+    """An intrinsic ``f(a0, .. a[n_arrays-1], n, s0, ..) [-> float32]`` over the float32 1-D
+    arrays' first ``n`` elements: ``lane(builder, ty, loaded, scalars)`` maps element values of
+    IR type ``ty`` (a _LANES vector, then a float for the tail) to ``(stored, contribution)``:
+    ``stored`` goes to the last array (None: nothing is stored), ``contribution`` is reduced with
+    ``combine`` (None: nothing is reduced). The reduction keeps lane j % _LANES's partial, then a
+    fixed tree of halves, then the tail in order; nothing here carries fast-math flags, so no
+    compiler may reorder it: the result has the same bits wherever the intrinsic is inlined (a
+    native entry, the Python path), where a loop left to the vectoriser was reassociated
+    differently in each. Unlike such a loop, no alias checks or remainder set-up per call: these
+    run once per row of short softmax rows."""
+    def typer(args):
+        arrays, rest = args[:n_arrays], args[n_arrays:]
+        if len(rest) != 1 + n_scalars or not all(
+                isinstance(a, types.Array) and a.ndim == 1 and a.dtype == types.float32
+                for a in arrays) or not isinstance(rest[0], types.Integer) or not all(
+                s == types.float32 for s in rest[1:]):
+            return None
+        ret = types.float32 if combine is not None else types.none
+
+        def codegen(context, builder, sig, vals):
+            i64, f32 = ir.IntType(64), ir.FloatType()
+            vt = ir.VectorType(f32, _LANES)
+            data = [context.make_array(t)(context, builder, value=v).data
+                    for t, v in zip(sig.args[:n_arrays], vals[:n_arrays])]
+            n = context.cast(builder, vals[n_arrays], sig.args[n_arrays], types.int64)
+            scalars = list(vals[n_arrays + 1:])
+            body_n = builder.and_(n, ir.Constant(i64, ~(_LANES - 1)))
+
+            def step(ty, ptr_of, acc):
+                def go(b, i, carried):
+                    loaded = [b.load(ptr_of(b, d, i), align=4) for d in data[:n_arrays]]
+                    vec = [_broadcast(b, s, ty) for s in scalars]
+                    stored, part = lane(b, ty, loaded, vec)
+                    if stored is not None:
+                        b.store(stored, ptr_of(b, data[-1], i), align=4)
+                    return [combine(b, carried[0], part)] if acc else []
+                return go
+
+            def vptr(b, d, i):
+                return b.bitcast(b.gep(d, [i]), vt.as_pointer())
+
+            def sptr(b, d, i):
+                return b.gep(d, [i])
+
+            acc = combine is not None
+            got = _loop(builder, ir.Constant(i64, 0), body_n, _LANES,
+                        [_splat(vt, init)] if acc else [], step(vt, vptr, acc))
+            first = None
+            if acc:
+                r, w = got[0], _LANES
+                while w > 1:
+                    h = w // 2
+                    half = [ir.Constant(ir.VectorType(ir.IntType(32), h), list(range(k, k + h)))
+                            for k in (0, h)]
+                    r = combine(builder, builder.shuffle_vector(r, r, half[0]),
+                                builder.shuffle_vector(r, r, half[1]))
+                    w = h
+                first = builder.extract_element(r, ir.Constant(ir.IntType(32), 0))
+            got = _loop(builder, body_n, n, 1, [first] if acc else [], step(f32, sptr, acc))
+            return got[0] if acc else context.get_dummy_value()
+        return ret(*args), codegen
+
+    # intrinsics take no *args: one signature per arity in use
+    if (n_arrays, n_scalars) == (1, 0):
+        def row(typingctx, a, n):
+            return typer((a, n))
+    elif (n_arrays, n_scalars) == (2, 1):
+        def row(typingctx, a, b, n, s):
+            return typer((a, b, n, s))
+    else:
+        raise ValueError(f"no row intrinsic of {n_arrays} arrays and {n_scalars} scalars")
+    row.__name__ = name
+    return intrinsic(row)
+
+
+def _broadcast(b, s, ty):
+    if isinstance(ty, ir.FloatType):
+        return s
+    vec = b.insert_element(ir.Constant(ty, ir.Undefined), s, ir.Constant(ir.IntType(32), 0))
+    return b.shuffle_vector(vec, vec, ir.Constant(ir.VectorType(ir.IntType(32), ty.count),
+                                                  [0] * ty.count))
+
+
+def _fma(b, x, y, z):
+    ty = x.type
+    name = "llvm.fma." + (f"v{ty.count}f32" if isinstance(ty, ir.VectorType) else "f32")
+    fn = b.module.globals.get(name) or ir.Function(b.module, ir.FunctionType(ty, [ty] * 3), name)
+    return b.call(fn, [x, y, z])
+
+
+def _max(b, x, y):
+    # x > y ? x : y is one vmaxps / fmax; an unordered pair gives y
+    return b.select(b.fcmp_ordered(">", x, y), x, y)
+
+
+def _exp_nonpos_ir(b, ty, x):
+    """exp_nonpos32's arithmetic as IR, element for element the same operations (the same bits
+    as the Numba function compiled with contraction)."""
+    d = b.select(b.fcmp_ordered("<", x, _splat(ty, -87.3)), _splat(ty, -87.3), x)    # NaN kept
+    t = _fma(b, d, _splat(ty, float(_LOG2E)), _splat(ty, float(_SHIFTER)))
+    r = _fma(b, b.fsub(t, _splat(ty, float(_SHIFTER))), _splat(ty, -float(_LN2)), d)
+    p = _splat(ty, float(_F5))
+    for c in (_F4, _F3, _F2, _F1, _ONE):
+        p = _fma(b, p, r, _splat(ty, float(c)))
+    it = ir.IntType(32) if isinstance(ty, ir.FloatType) else ir.VectorType(ir.IntType(32),
+                                                                         ty.count)
+    two_k = b.bitcast(b.shl(b.bitcast(t, it), ir.Constant(it, 23) if isinstance(
+        ty, ir.FloatType) else ir.Constant(it, [23] * ty.count)), ty)
+    return b.fmul(p, two_k)
+
+
+def _exp_sum_lane(b, ty, loaded, sc):
+    e = _exp_nonpos_ir(b, ty, b.fsub(loaded[0], sc[0]))
+    return e, e
+
+
+# row_sum(a, n): sum of a[:n] in the fixed order of _row
+row_sum = _row("row_sum", 1, 0, lambda b, ty, ld, sc: (None, ld[0]),
+               lambda b, acc, v: b.fadd(acc, v), 0.0)
+# row_max(a, n): max of a[:n]. A NaN is skipped or kept depending on where it sits: softmax's
+# exp(x - m) turns the row into NaN either way.
+row_max = _row("row_max", 1, 0, lambda b, ty, ld, sc: (None, ld[0]), _max, float("-inf"))
+# exp_sum(x, y, n, m): y[:n] = exp_nonpos32(x[:n] - m); returns their sum (row_sum's order)
+exp_sum = _row("exp_sum", 2, 1, _exp_sum_lane, lambda b, acc, v: b.fadd(acc, v), 0.0)
+# scale(y, y, n, s): y[:n] *= s (the array twice: read, then written)
+scale = _row("scale", 2, 1, lambda b, ty, ld, sc: (b.fmul(ld[0], sc[0]), None))
+
+
+@intrinsic
+def stack_f32(typingctx, n):
+    """A pointer to ``n`` float32 (a compile-time constant) on the calling function's stack,
+    allocated once in its entry block: per-call scratch with no allocator and nothing shared
+    between threads (each prange worker runs its own frame). Wrap it with ``carray``."""
+    if not isinstance(n, types.IntegerLiteral):
+        return None
+    count = n.literal_value
+
+    def codegen(context, builder, sig, args):
+        return cgutils.alloca_once(builder, ir.FloatType(), size=count)
+    return types.CPointer(types.float32)(n), codegen
+
+
 @njit(cache=True, inline="always", fastmath=_FM, error_model="numpy")
 def _exp_reduced(x):
     """exp(x) for x already clamped to [-87.3, 88.7] (or NaN): k = round(x / ln 2) by the
@@ -114,34 +295,19 @@ def exp32(x):
     return _exp_reduced(min(max(np.float32(x), np.float32(-87.3)), np.float32(88.7)))
 
 
-@intrinsic
-def _k_of_shifted(typingctx, t):
-    """k as a float32 from t = k + _SHIFTER, through t's bits: unlike t - _SHIFTER, no
-    reassociation can fold this back into the sum that rounded k."""
-    if t != types.float32:
-        return None
-
-    def codegen(context, builder, sig, args):
-        i32 = ir.IntType(32)
-        k = builder.sub(builder.bitcast(args[0], i32), ir.Constant(i32, _SHIFTER_BITS))
-        return builder.sitofp(k, ir.FloatType())
-    return types.float32(types.float32), codegen
-
-
 @njit(cache=True, inline="always", fastmath=_FM, error_model="numpy")
 def exp_nonpos32(x):
-    """exp(x) for x <= 0 or NaN (softmax's x - max), safe to inline into code compiled with
-    reassociation (so that a row sum beside it vectorises): k's rounding is undone through
-    bits, and the reduction is one FMA (callers compile with contraction: a separate multiply
-    and subtract measured 6.6e-7) with ln 2 rounded to float32 (reassociation would fold
-    Cody-Waite's two constants into one anyway). The degree-5 polynomial (_F*). Relative error
-    1.8e-7 on [-10, 0], growing as |k| * 1.9e-9 (the rounded ln 2) while the value shrinks as
-    2**k: 3.9e-7 at -87, far below anything a softmax row's sum can see. Below -87.3 the
-    result is exp(-87.3), as exp32's. 2**k multiplies (not an exponent-bits add, one op less)
-    so that a NaN carrying a payload stays NaN."""
+    """exp(x) for x <= 0 or NaN (softmax's x - max): the reduction is one FMA (callers compile
+    with contraction: a separate multiply and subtract measured 6.6e-7) with ln 2 rounded to
+    float32, then the degree-5 polynomial (_F*). Relative error 1.8e-7 on [-10, 0], growing as
+    |k| * 1.9e-9 (the rounded ln 2) while the value shrinks as 2**k: 3.9e-7 at -87, far below
+    anything a softmax row's sum can see. Below -87.3 the result is exp(-87.3), as exp32's.
+    2**k multiplies (not an exponent-bits add, one op less) so that a NaN carrying a payload
+    stays NaN. The softmax kernel runs the same operations as IR (exp_sum); this one is the
+    reference that tests hold it to."""
     d = max(np.float32(x), np.float32(-87.3))
     t = d * _LOG2E + _SHIFTER
-    r = d - _k_of_shifted(t) * _LN2
+    r = d - (t - _SHIFTER) * _LN2
     p = ((((_F5 * r + _F4) * r + _F3) * r + _F2) * r + _F1) * r + _ONE
     return p * _pow2_of_shifted(t)
 

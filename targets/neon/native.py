@@ -291,25 +291,27 @@ SPLIT_GRAIN = 16             # elements: chunks start on 64-byte lines
 
 
 def split(family: str, n: int, values, strides, threads: int, mode_word: int = 1,
-          count_word: int = 0):
-    """How an elementwise step over ``n`` elements may be cut for ONNX Runtime's pool: chunks
-    run ``values`` with the calling thread alone (word ``mode_word``: SERIAL or ALONE by the
-    chunk's size; the team word after it 1), args advanced by ``strides`` bytes an element. Its
-    mode as this machine decided (edgeops.threads' record), else timed at session start."""
+          count_word: int = 0, per_unit: int = 1, grain: int = SPLIT_GRAIN):
+    """How a step over ``n`` units of ``per_unit`` elements (elements by default, or rows) may
+    be cut for ONNX Runtime's pool, in chunks of whole ``grain``s: chunks run ``values`` with
+    the calling thread alone (word ``mode_word``: SERIAL or ALONE by the chunk's size; the team
+    word after it 1), args advanced by ``strides`` bytes a unit. Its mode as this machine
+    decided (edgeops.threads' record), else timed at session start."""
     threads = max(1, threads)
-    if threads < 2 or n < SPLIT_MIN:
+    elements = n * per_unit
+    if threads < 2 or elements < SPLIT_MIN or n < 2:
         return None
     cv = np.array(values, np.int64)
-    cv[mode_word] = SERIAL if -(-n // threads) < SMALL_ELEMENTS else ALONE
+    cv[mode_word] = SERIAL if -(-n // threads) * per_unit < SMALL_ELEMENTS else ALONE
     cv[mode_word + 1] = 1
-    key = f"{family}:ort:{size_class(n)}"
+    key = f"{family}:ort:{size_class(elements)}"
     forced = forced_pool()
     if forced is not None:
         mode = ORT_POOL if forced else PREPARED
     else:
         got = decision(key, threads)
         mode = TRIAL if got is None else ORT_POOL if got == "ort" else PREPARED
-    return Split(n, count_word, SPLIT_GRAIN, tuple(strides), cv, key, threads, mode)
+    return Split(n, count_word, grain, tuple(strides), cv, key, threads, mode)
 
 
 def _f32(x) -> bool:
@@ -391,9 +393,14 @@ def softmax_step(x, axis: int, threads: int):
         return None
     outer, inner = math.prod(x.shape[:ax]), math.prod(x.shape[ax + 1:])
     shape = tuple(x.shape)
+    values = [outer, how[0], how[1], x.shape[ax], inner]
+    # chunks of whole outer indices (rows), in the kernel's blocks of rows where they are rows
+    row = x.shape[ax] * inner
+    cut = split("neon.softmax", outer, values, (4 * row, 4 * row), threads, per_unit=row,
+                grain=norms.SOFTMAX_ROWS if inner == 1 else 1)
     return NativeStep("neon.softmax", entry("neon.softmax"), (0,), (("float32", shape),),
-                      (("float32", shape),), (),
-                      np.array([outer, how[0], how[1], x.shape[ax], inner], np.int64), 0, how[1])
+                      (("float32", shape),), (), np.array(values, np.int64), 0, how[1],
+                      split=cut)
 
 
 def copy_step(x):

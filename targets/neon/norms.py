@@ -273,98 +273,76 @@ def _groupnorm_chain_serial(x, scales, biases, n, c, spatial, groups, eps, y, sl
                            empty, 0, n * groups, 0)
 
 
-_KEY_MIN = np.int32(-2147483648)
-_KEY_MAX = np.int32(2147483647)
+# Rows of a last-axis softmax taken a block at a time, pass by pass (every row's max, then every
+# row's exp and sum, then every row's scale): the rows' reductions and reciprocals overlap where
+# row after row of all three passes waited on each one. 16 rows of 128 floats stay in L1.
+SOFTMAX_ROWS = 16
 
 
 @njit(cache=True, inline="always", fastmath=_FM, error_model="numpy")
-def _row_max(v, n):
-    """max(v[:n]), n >= 1, from integer reductions over the floats' bits (a float max reduction
-    does not vectorise without no-NaNs on the whole function; figures:
-    docs/notes/neon-kernels.md). As int32, non-negative floats order as their values and
-    negative ones in reverse, so the largest int is the max when any float is non-negative and
-    the smallest int is the max (the negative nearest zero) when none is: two one-op
-    reductions, where mapping every element to an order-preserving key took three ops more.
-    A NaN either is the result or sits in the row: exp(NaN - m) makes the row NaN either way."""
-    iv = v.view(np.int32)
-    hi = _KEY_MIN
-    lo = _KEY_MAX
-    for j in range(n):
-        i = iv[j]
-        hi = max(hi, i)
-        lo = min(lo, i)
-    return _vm.f32_from_bits(np.int32(hi if hi >= 0 else lo))
-
-
-@njit(cache=True, inline="always", fastmath=_FM, error_model="numpy")
-def _exp_sum(xv, yv, m, n):
-    """yv[:n] = exp(xv[:n] - m) and their sum. The sum keeps 16 partials in a fixed order (lane
-    j % 16, then a fixed tree), written out rather than left to reassociation: LLVM vectorises
-    a reassociated sum differently where a native entry inlines the kernel than where Python
-    calls it, and the two paths must give the same bits."""
-    for j in range(n):
-        yv[j] = _vm.exp_nonpos32(xv[j] - m)
-    a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = np.float32(0)
-    b0 = b1 = b2 = b3 = b4 = b5 = b6 = b7 = np.float32(0)
-    n16 = n - n % 16
-    for j in range(0, n16, 16):
-        a0 += yv[j]; a1 += yv[j + 1]; a2 += yv[j + 2]; a3 += yv[j + 3]          # noqa: E702
-        a4 += yv[j + 4]; a5 += yv[j + 5]; a6 += yv[j + 6]; a7 += yv[j + 7]      # noqa: E702
-        b0 += yv[j + 8]; b1 += yv[j + 9]; b2 += yv[j + 10]; b3 += yv[j + 11]    # noqa: E702
-        b4 += yv[j + 12]; b5 += yv[j + 13]; b6 += yv[j + 14]; b7 += yv[j + 15]  # noqa: E702
-    s = (((a0 + b0) + (a1 + b1)) + ((a2 + b2) + (a3 + b3))) + \
-        (((a4 + b4) + (a5 + b5)) + ((a6 + b6) + (a7 + b7)))
-    for j in range(n16, n):
-        s += yv[j]
-    return s
+def _softmax_rows(x, r0, r1, length, y):
+    """Softmax of rows [r0, r1) (at most SOFTMAX_ROWS) of a (rows, length) x, last axis, from
+    the row intrinsics of _vmath: the same bits wherever this is inlined, and no per-row loop
+    set-up."""
+    m = carray(_vm.stack_f32(SOFTMAX_ROWS), (SOFTMAX_ROWS,))
+    inv = carray(_vm.stack_f32(SOFTMAX_ROWS), (SOFTMAX_ROWS,))
+    for r in range(r0, r1):
+        m[r - r0] = _vm.row_max(x[r * length:(r + 1) * length], length)
+    for r in range(r0, r1):
+        inv[r - r0] = np.float32(1.0) / _vm.exp_sum(x[r * length:(r + 1) * length],
+                                                    y[r * length:(r + 1) * length], length,
+                                                    m[r - r0])
+    for r in range(r0, r1):
+        yv = y[r * length:(r + 1) * length]
+        _vm.scale(yv, yv, length, inv[r - r0])
 
 
 @njit(cache=True, inline="always", fastmath=_FM, error_model="numpy")
 def _softmax_outer(x, o, length, inner, y):
-    """Softmax of outer index ``o`` over the middle axis of (outer, length, inner); vector lanes
-    run along ``inner`` when it is > 1 (a non-last axis), along ``length`` otherwise."""
+    """Softmax of outer index ``o`` over the middle axis of (outer, length, inner), inner > 1 (a
+    non-last axis): vector lanes run along ``inner``."""
     base = o * length * inner
     xv = x[base:base + length * inner]
     yv = y[base:base + length * inner]
-    if inner == 1:
-        # max, then exp and sum fused, then the scale: three passes over a row in L1 (ONNX
-        # Runtime's order); the sum needs every exp before the first store can be scaled
-        m = _row_max(xv, length)
-        inv = np.float32(1.0) / _exp_sum(xv, yv, m, length)
-        for j in range(length):
-            yv[j] *= inv
-    else:
-        mx = xv[0:inner].copy()
-        sm = np.zeros(inner, np.float32)
-        for j in range(1, length):
-            xr = xv[j * inner:(j + 1) * inner]
-            for i in range(inner):
-                mx[i] = max(mx[i], xr[i])
-        for j in range(length):
-            xr = xv[j * inner:(j + 1) * inner]
-            yr = yv[j * inner:(j + 1) * inner]
-            for i in range(inner):
-                e = _vm.exp_nonpos32(xr[i] - mx[i])
-                yr[i] = e
-                sm[i] += e
+    mx = xv[0:inner].copy()
+    sm = np.zeros(inner, np.float32)
+    for j in range(1, length):
+        xr = xv[j * inner:(j + 1) * inner]
         for i in range(inner):
-            sm[i] = np.float32(1.0) / sm[i]
-        for j in range(length):
-            yr = yv[j * inner:(j + 1) * inner]
-            for i in range(inner):
-                yr[i] *= sm[i]
+            mx[i] = max(mx[i], xr[i])
+    for j in range(length):
+        xr = xv[j * inner:(j + 1) * inner]
+        yr = yv[j * inner:(j + 1) * inner]
+        for i in range(inner):
+            e = _vm.exp_nonpos32(xr[i] - mx[i])
+            yr[i] = e
+            sm[i] += e
+    for i in range(inner):
+        sm[i] = np.float32(1.0) / sm[i]
+    for j in range(length):
+        yr = yv[j * inner:(j + 1) * inner]
+        for i in range(inner):
+            yr[i] *= sm[i]
 
 
 @njit(parallel=True, cache=True, fastmath=_FM, error_model="numpy")
 def _softmax_kernel(x, outer, length, inner, y):
-    for o in prange(outer):
-        _softmax_outer(x, o, length, inner, y)
+    if inner == 1:
+        for b in prange((outer + SOFTMAX_ROWS - 1) // SOFTMAX_ROWS):
+            _softmax_rows(x, b * SOFTMAX_ROWS, min(outer, (b + 1) * SOFTMAX_ROWS), length, y)
+    else:
+        for o in prange(outer):
+            _softmax_outer(x, o, length, inner, y)
 
 
 @njit(cache=True, fastmath=_FM, error_model="numpy")
 def _softmax_serial(x, outer, length, inner, y):
-    for o in range(outer):
-        _softmax_outer(x, o, length, inner, y)
+    if inner == 1:
+        for b in range((outer + SOFTMAX_ROWS - 1) // SOFTMAX_ROWS):
+            _softmax_rows(x, b * SOFTMAX_ROWS, min(outer, (b + 1) * SOFTMAX_ROWS), length, y)
+    else:
+        for o in range(outer):
+            _softmax_outer(x, o, length, inner, y)
 
 
 def _f32(who, name, t):

@@ -38,6 +38,30 @@ def _map_exp_nonpos(x, y):
         y[i] = vm.exp_nonpos32(x[i])
 
 
+@njit(error_model="numpy", fastmath={"contract"})
+def _rows(x, n, y, m):
+    return vm.row_sum(x, n), vm.row_max(x, n), vm.exp_sum(x, y, n, m)
+
+
+@pytest.mark.parametrize("n", [1, 5, 31, 32, 33, 100, 1000])
+def test_row_intrinsics_against_float64(rng, n):
+    """The softmax's row intrinsics (IR loops over 32 lanes, then a tail): sum and max of the
+    first n floats only, exp_sum's stores equal to exp_nonpos32 element for element (the same
+    operations), its sum their sum."""
+    x = (rng.standard_normal(n + 7) * 4).astype(np.float32)
+    x[n:] = 1e6                              # past n: must not be read into any result
+    y = np.full(n + 7, -1.0, np.float32)
+    m = np.float32(x[:n].max())
+    s, mx, es = _rows(x, n, y, m)
+    assert abs(s - x[:n].astype(np.float64).sum()) <= 1e-6 * np.abs(x[:n]).sum()
+    assert mx == x[:n].max()
+    one = np.empty(n, np.float32)
+    _map_exp_nonpos(x[:n] - m, one)
+    np.testing.assert_array_equal(y[:n], one)
+    assert (y[n:] == -1.0).all()
+    assert abs(es - one.astype(np.float64).sum()) <= 1e-6 * one.sum()
+
+
 def test_vector_math_accuracy():
     x = np.linspace(-87, 88, 200_001, dtype=np.float32)
     y = np.empty_like(x)
