@@ -10,8 +10,6 @@ its default graph optimisations):
 * ``identity_native``, ``eltwise_native``: the same two ops through edgeops' native bridge
   (edgeops/ort/native.py, what package sessions use where it is built: ONNX Runtime's input
   handed over read-only without a copy, so the elementwise kernel writes a new array there);
-* ``identity_stock``: the identity op through onnxruntime-extensions' stock ``.tolist()``
-  return path, the figure the fast hook exists to avoid;
 * ``swiglu``: a GEMM-bound node with small activations, where the weights' copy was the cost:
   the SwiGLU subgraph (MatMul, MatMul, Sigmoid, Mul, Mul; M=16, D=768, F=2048) lowered for
   ``rpi5`` with ``--lower all`` (one ai.edgeops::SwiGLU node on neon.swiglu_fused, the
@@ -207,16 +205,9 @@ def measure(threads: int, repeats: int, swiglu: bool = True) -> dict:
             sessions["native_relu"], sessions["ort_relu"], x, repeats)
         native_ratios = {"identity_native": ms["native_identity"] / ms["ort_identity_n"],
                          "eltwise_native": ms["native_relu"] / ms["ort_relu_n"]}
-    try:
-        eort.install_fast_hook(False)
-        ms["edgeops_identity_stock"], _ = _paired_ms(
-            sessions["edgeops_identity"], sessions["ort_identity"], x, 4, blocks=2)
-    finally:
-        eort.install_fast_hook(True)
     eort.raise_errors()
     ratios = {"identity": ms["edgeops_identity"] / ms["ort_identity"],
               "eltwise": ms["edgeops_relu"] / ms["ort_relu"],
-              "identity_stock": ms["edgeops_identity_stock"] / ms["ort_identity"],
               **native_ratios}
     if swiglu:
         ms.update(measure_swiglu(so, repeats))
@@ -263,8 +254,6 @@ def main(argv=None) -> int:
                   f"{m['ort_identity_n']:8.3f} ms ({q['identity_native']:.2f}x), eltwise "
                   f"{m['native_relu']:8.3f} ms vs {m['ort_relu_n']:8.3f} ms "
                   f"({q['eltwise_native']:.2f}x)")
-        print(f"  stock .tolist() bridge, identity {m['edgeops_identity_stock']:8.3f} ms"
-              f"  ratio {q['identity_stock']:6.1f}x")
         if "swiglu_after" in m:
             print(f"  swiglu M={SW_M} D={SW_D} F={SW_F}, ORT unfused {m['swiglu_ort']:8.3f} ms; edgeops "
                   f"weights copied per call {m['swiglu_before']:8.3f} ms ({q['swiglu_before']:.2f}x), "

@@ -92,13 +92,14 @@ def serial_if(small: bool):
 
 
 class _Timing:
-    __slots__ = ("calls", "serial", "pooled", "pick")
+    __slots__ = ("calls", "serial", "pooled", "pick", "final")
 
     def __init__(self, trials: int):
         self.calls = 0                          # since timing began, or since the last revisit
         self.serial: deque = deque(maxlen=trials)    # the latest counted seconds of each way
         self.pooled: deque = deque(maxlen=trials)
         self.pick = None                        # True: the pool; None: still timing
+        self.final = False                      # fixed when a session was made: no revisits
 
 
 class ThreadChoice:
@@ -116,7 +117,8 @@ class ThreadChoice:
     is made again from their timings against the chosen way's latest: what else the process runs
     changes which way is faster, and one unlucky start (timed while another session held a
     core) must not fix it for good. That costs ``(trials + 1) / revisit`` of the calls the
-    other way.
+    other way. A choice a session settled while it was made (:meth:`settle`), or read from this
+    machine's record (:meth:`fix`), is final instead: nothing is re-timed while serving.
     The margin stands for what the kernel's own clock does not see: the pool's wake-up and join
     land partly outside the call, and its output sits in two cores' caches for whatever reads it
     next. Fixed thresholds cannot make this call: the pool's wake-up differs by machine and wait
@@ -142,6 +144,8 @@ class ThreadChoice:
             return False
         if t.pick is None:
             return (t.calls // self.block) % 2 == 1
+        if t.final:
+            return t.pick
         return t.pick if t.calls < self.revisit else not t.pick
 
     def record(self, threads: int, parallel: bool, seconds: float) -> None:
@@ -149,6 +153,8 @@ class ThreadChoice:
         t = self._by_threads.get(threads)
         if t is None:
             t = self._by_threads[threads] = _Timing(self.trials)
+        if t.final:
+            return
         n = t.calls
         t.calls = n + 1
         ways = t.pooled if parallel else t.serial
@@ -177,14 +183,26 @@ class ThreadChoice:
     def settle(self, threads: int, trial=None):
         """The choice for ``threads``, made now if it is still timing by ``trial()`` calls (each
         a call that times itself into this choice, capped to ``threads``): what a native step
-        fixes while it is made, not while serving. None when there is no trial or it did not
-        decide."""
+        fixes while it is made, not while serving. Once settled it is final: the Python path's
+        calls of the same kernel and shape follow it and are not timed again. None when there
+        is no trial or it did not decide."""
         if trial is not None:
             for _ in range(self.calls_to_decide() + 2):
                 if self.decided(threads) is not None:
                     break
                 capped(threads, trial)
-        return self.decided(threads)
+        got = self.decided(threads)
+        if got is not None:
+            self.fix(threads, got)
+        return got
+
+    def fix(self, threads: int, pool: bool) -> None:
+        """Make ``pool`` the final choice for ``threads`` (a decision read from this machine's
+        record, or settled while a session was made): never timed again."""
+        t = self._by_threads.get(threads)
+        if t is None:
+            t = self._by_threads[threads] = _Timing(self.trials)
+        t.pick, t.final = bool(pool), True
 
     def calls_to_decide(self) -> int:
         """How many calls, one after another, the first choice takes."""

@@ -198,18 +198,40 @@ def test_register_sets_threads_and_is_idempotent(rng, monkeypatch):
                                rtol=1e-5, atol=1e-4)
 
 
-def test_stock_and_fast_hooks_agree(rng):
+def test_outputs_come_back_as_arrays_and_foreign_python_ops_still_run(rng):
+    """edgeops' ops hand arrays back through onnxruntime-extensions' own invocation (nothing of
+    it replaced): exact outputs, and another library's Python op in the same process still runs
+    and returns through its stock list path."""
+    from onnx import TensorProto, helper
+    from onnxruntime_extensions import PyOp, get_library_path, onnx_op
+    from edgeops.ort import bridge
+
     m, w = swiglu_model(rng)
     x = rng.standard_normal(X).astype(np.float32)
-    s = eort.session(m)
-    try:
-        eort.install_fast_hook(False)
-        (stock,) = s.run(None, {"x": x})
-    finally:
-        eort.install_fast_hook(True)
-    (fast,) = s.run(None, {"x": x})
-    np.testing.assert_array_equal(stock, fast)
-    np.testing.assert_allclose(fast, swiglu64(x, w["w1"], w["w2"]), rtol=1e-5, atol=1e-4)
+    (y,) = eort.session(m).run(None, {"x": x})
+    np.testing.assert_allclose(y, swiglu64(x, w["w1"], w["w2"]), rtol=1e-5, atol=1e-4)
+    out = bridge._for_bridge(lambda a: a * 2)(x)
+    assert type(out.flatten().tolist()) is np.ndarray
+    np.testing.assert_array_equal(out.flatten().tolist(), (x * 2).reshape(-1))
+
+    @onnx_op(op_type="EdgeopsTestHalfPlusOne", inputs=[PyOp.dt_float],
+             outputs=[PyOp.dt_float])
+    def half_plus_one(a):
+        return a / 2 + 1
+
+    g = helper.make_graph(
+        [helper.make_node("EdgeopsTestHalfPlusOne", ["a"], ["b"], domain="ai.onnx.contrib")],
+        "foreign", [helper.make_tensor_value_info("a", TensorProto.FLOAT, [3, 5])],
+        [helper.make_tensor_value_info("b", TensorProto.FLOAT, [3, 5])])
+    fm = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17),
+                                             helper.make_opsetid("ai.onnx.contrib", 1)])
+    so = ort.SessionOptions()
+    so.register_custom_ops_library(get_library_path())
+    a = rng.standard_normal((3, 5)).astype(np.float32)
+    (b,) = ort.InferenceSession(fm.SerializeToString(), so).run(None, {"a": a})
+    np.testing.assert_array_equal(b, a / 2 + 1)
+    (y2,) = eort.session(m).run(None, {"x": x})      # and edgeops' ops after it
+    np.testing.assert_array_equal(y2, y)
 
 
 def test_target_without_kernels_falls_back_to_reference(rng, tmp_path):

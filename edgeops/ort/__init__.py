@@ -46,8 +46,9 @@ model and :func:`session` prepares it. ``prepare(..., hold_constants=False)`` ke
 
 Dtypes. The bridge aborts on fp16 tensors, so ai.edgeops nodes are declared fp32 (ONNX Runtime
 refuses an fp16 input when the session is made); a kernel that computes in fp16 gets its inputs
-converted inside the call. The stock bridge returns outputs through ``.tolist()``, slow for large
-tensors; :func:`install_fast_hook` hands numpy arrays back (figures: docs/notes/ort-bridge.md).
+converted inside the call. The bridge returns outputs through ``.tolist()``, slow for large
+tensors; edgeops' op functions return arrays whose ``tolist()`` is the array itself, so no
+list is built and nothing of onnxruntime-extensions is patched (docs/notes/ort-bridge.md).
 
 Threads. A custom op runs on the thread that called ``run``, holding the GIL; its kernel may use
 Numba's pool (GNU OpenMP by default). ONNX Runtime's intra-op threads spin-wait between ops and
@@ -79,7 +80,7 @@ from typing import Sequence
 
 import numpy as np
 
-from edgeops.ort.bridge import declare_ops, install_fast_hook, session_class
+from edgeops.ort.bridge import declare_ops, session_class
 from edgeops.ort.dispatch import (DISPATCH_ATTR, LOWERABLE_STANDARD_OPS, make_spec, opdef_for,
                                   resolve)
 from edgeops.ort.errors import KernelRuntimeError, OrtIntegrationError, raise_errors, take_errors
@@ -236,7 +237,7 @@ def exact_int8(so):
 
 
 def register(session_options=None, target: str = "reference", *, threads: int | None = None,
-             fast_hook: bool = True, extensions: bool = True):
+             extensions: bool = True):
     """Make every ai.edgeops op runnable in sessions made with ``session_options`` (created when
     None; returned). ``target``: the default :func:`prepare` uses for nodes with no kernel
     attribute. ``threads``: ONNX Runtime's intra-op threads (default: the cores this process may
@@ -251,7 +252,6 @@ def register(session_options=None, target: str = "reference", *, threads: int | 
     _passive_openmp()
     if extensions:
         declare_ops()
-        install_fast_hook(fast_hook)
     if _entry(so, _TARGET_KEY) != target:
         so.add_session_config_entry(_TARGET_KEY, target)
     if extensions and _entry(so, _DONE_KEY) is None:   # twice makes session creation fail
@@ -513,5 +513,5 @@ def _from_prepared(entry: str, target: str, providers, threads, prepare_programs
 
 __all__ = ["DISPATCH_ATTR", "LOWERABLE_STANDARD_OPS", "KernelRuntimeError", "OrtIntegrationError",
            "configure_openmp", "exact_int8", "openmp_started", "use_wait_policy", "wait_policy",
-           "fallback_counts", "install_fast_hook", "opdef_for", "prepare", "raise_errors",
+           "fallback_counts", "opdef_for", "prepare", "raise_errors",
            "register", "reset_fallback_counts", "session", "take_errors"]

@@ -277,6 +277,7 @@ def team(key, elements: int, threads: int, trial=None, family: str | None = None
     kept = f"{family}:numba:{size_class(elements)}" if family else None
     got = decision(kept, threads) if kept else None
     if got in ("pool", "alone"):
+        choice(key).fix(threads, got == "pool")     # the Python path's calls follow it
         return (POOL, threads) if got == "pool" else (ALONE, 1)
     pool = choice(key).settle(threads, trial)
     if pool is None:

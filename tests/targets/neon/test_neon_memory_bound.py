@@ -418,9 +418,10 @@ def test_thread_choice_times_both_ways_in_blocks_then_keeps_the_faster():
 
 
 def test_thread_choice_revisits_its_choice():
-    """After a choice, every ``revisit`` calls ``trials + 1`` run the other way (the first not
-    counted) and the choice is made again against the chosen way's latest timings: a start
-    timed while something else held the cores does not fix the slower way for good."""
+    """After a choice made by timing calls as they come (the Python path outside a session's
+    steps), every ``revisit`` calls ``trials + 1`` run the other way (the first not counted)
+    and the choice is made again against the chosen way's latest timings: a start timed while
+    something else held the cores does not fix the slower way for good."""
     from edgeops.threads import ThreadChoice
     tc = ThreadChoice(trials=2, block=2, revisit=10)
     cost = {True: 5.0, False: 2.0}           # the pool is slow while the choice is first timed
@@ -446,6 +447,27 @@ def test_thread_choice_revisits_its_choice():
     # a revisit that finds the other way no faster keeps the choice
     cost[True] = 1.9
     assert calls(3) == [True] * 3 and tc.decided(2) is False
+
+
+def test_a_settled_or_recorded_choice_is_never_timed_again():
+    """What a session fixed while it was made (settle) or read from the machine's record (fix)
+    holds for every later call: no revisit, timings ignored."""
+    from edgeops.threads import ThreadChoice
+    tc = ThreadChoice(trials=2, block=2, revisit=10)
+    cost = {True: 5.0, False: 2.0}
+
+    def trial():
+        par = tc.parallel(2)
+        tc.record(2, par, cost[par])
+    assert tc.settle(2, trial) is False
+    cost[True] = 0.1                          # the pool would now win a revisit
+    for _ in range(50):
+        par = tc.parallel(2)
+        assert par is False
+        tc.record(2, par, cost[par])
+    assert tc.decided(2) is False
+    tc.fix(4, True)
+    assert tc.decided(4) is True and all(tc.parallel(4) for _ in range(30))
 
 
 def test_alone_or_pool_times_both_ways_then_keeps_one_way_per_call(rng):
