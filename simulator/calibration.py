@@ -231,6 +231,23 @@ def band_of(pred: np.ndarray, meas: np.ndarray) -> float:
     return float(min(max(np.quantile(r, 0.9), BAND_FLOOR), BAND_CAP))
 
 
+NEGLIGIBLE = 0.01     # of a row's predicted time
+MAX_EFFICIENCY = 100  # times the rate: no cache or fusion explains more
+
+
+def drop_negligible(x: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """``c`` with each rate term (compute, bandwidth, weights) set to zero where it implies an
+    efficiency beyond MAX_EFFICIENCY and is under NEGLIGIBLE of the predicted time on every
+    row: the fit's leftovers (a coefficient of 1e-13 that read as a compute efficiency of
+    10^11 %) stated as what they are, no cost of that kind. The call term stays."""
+    c = np.array(c, float)
+    pred = np.maximum(x @ c, 1e-30)
+    for j in range(1, len(c)):
+        if 0 < c[j] < 1 / MAX_EFFICIENCY and np.all(x[:, j] * c[j] < NEGLIGIBLE * pred):
+            c[j] = 0.0
+    return c
+
+
 def fit(rows: list[dict]) -> dict:
     """Entries ``{"side|level|dtype|tN": {call_s, comp_eff, bw_eff, rows, band}}`` from measured
     rows ``{side, family, op, dtype, threads, x: [calls, comp_s, bytes_s], seconds}``; ``level``
@@ -250,7 +267,7 @@ def fit(rows: list[dict]) -> dict:
             continue
         x = np.array([r["x"] for r in rs], float)
         y = np.array([r["seconds"] for r in rs], float)
-        c = nnls_rel(x, y)
+        c = drop_negligible(x, nnls_rel(x, y))
         inv = lambda v: float(1 / v) if v > 0 else None      # noqa: E731
         out[key] = {"call_s": float(c[0]), "comp_eff": inv(c[1]), "bw_eff": inv(c[2]),
                     "weight_bw_eff": inv(c[3]), "rows": len(rs), "band": band_of(x @ c, y)}

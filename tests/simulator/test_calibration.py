@@ -22,6 +22,20 @@ def test_relative_nnls_recovers_known_costs(rng):
     assert c[2] == pytest.approx(0, abs=1e-9) and c[3] == pytest.approx(0, abs=1e-9)
 
 
+def test_a_negligible_rate_term_is_dropped_not_reported_as_a_huge_efficiency(rng):
+    x = np.column_stack([np.ones(30), *rng.uniform(1e-6, 1e-3, (3, 30))])
+    c = np.array([5e-6, 1e-12, 2.0, 3e-9])        # compute and weights are leftovers
+    got = C.drop_negligible(x, c)
+    assert got[0] == c[0] and got[2] == c[2] and got[1] == 0 and got[3] == 0
+    keep = np.array([5e-6, 0.5, 2.0, 1.0])        # every term matters somewhere
+    np.testing.assert_array_equal(C.drop_negligible(x, keep), keep)
+    rows = [{"side": "ort", "family": "Split", "op": "Split", "dtype": "fp32", "threads": 1,
+             "x": xi.tolist(), "seconds": float(xi @ c)} for xi in x]
+    e = C.fit(rows)["ort|Split|fp32|t1"]
+    assert e["comp_eff"] is None and e["weight_bw_eff"] is None
+    assert e["bw_eff"] == pytest.approx(0.5, rel=1e-3)
+
+
 def test_band_is_the_90th_percentile_of_relative_error(rng):
     pred = rng.uniform(1e-5, 1e-3, 200)
     meas = pred * rng.lognormal(0, 0.2, 200)
