@@ -581,13 +581,15 @@ def read(path: Path, kernels: str | None = None) -> tuple[dict | None, str]:
             not isinstance(doc["format"], bool) and doc["format"] != FORMAT:
         return None, (f"{path} is a format-{doc['format']} calibration, not {FORMAT}; run "
                       f"edgeops calibrate again")
+    prov = doc.get("provenance", {}) if isinstance(doc, dict) else None
+    if isinstance(prov, dict) and isinstance(prov.get("kernels_key", ""), str) and \
+            kernels is not None and prov.get("kernels_key") != kernels:
+        # stale: not used, whatever else it holds
+        return None, (f"{path} was measured with other kernels or runtime "
+                      f"({prov.get('kernels_key')} vs {kernels}); run edgeops calibrate again")
     why = _damage(doc)
     if why:
         return _damaged(path, why)
-    prov = doc.get("provenance") or {}
-    if kernels is not None and prov.get("kernels_key") != kernels:
-        return None, (f"{path} was measured with other kernels or runtime "
-                      f"({prov.get('kernels_key')} vs {kernels}); run edgeops calibrate again")
     return doc, ""
 
 
