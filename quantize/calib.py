@@ -7,8 +7,11 @@ can be consumed more than once (calibration, then accuracy analysis).
 """
 from __future__ import annotations
 
+import math
 import os
 import warnings
+import zipfile
+import zlib
 from pathlib import Path
 from typing import Iterable, Protocol, runtime_checkable
 
@@ -54,22 +57,90 @@ def npz_reader(path, input_names: list[str], shapes: dict | None = None) -> List
     input holds whole batches along its first axis; one of the input's rank holds samples,
     grouped into batches of the input's static batch size (``shapes``: {input: shape}; 1 when
     the batch is dynamic or not given)."""
+    where = os.fspath(path)
+    arrays = {}
     try:
-        z = np.load(os.fspath(path))
-    except (OSError, ValueError) as e:
-        raise CalibrationError(f"cannot read calibration file {os.fspath(path)!r}: {e}") from None
-    keys = list(z.keys())
+        with zipfile.ZipFile(where) as z:
+            for info in z.infolist():
+                if info.is_dir():
+                    continue
+                if not info.filename.endswith(".npy"):
+                    raise CalibrationError(f"{where}: member {info.filename!r} is not an array; "
+                                           f"an .npz holds .npy arrays named after the model's "
+                                           f"inputs (np.savez(path, {input_names[0]}=batches))")
+                with z.open(info) as f:
+                    arrays[info.filename[:-4]] = _read_npy(f, info.file_size,
+                                                           f"{where}: {info.filename}")
+    except CalibrationError:
+        raise
+    except zipfile.BadZipFile as e:
+        raise CalibrationError(f"calibration file {where!r} is not an .npz archive ({e}); save "
+                               f"it with np.savez, or give a folder of .npy files") from None
+    except _READ_ERRORS as e:
+        raise CalibrationError(f"cannot read calibration file {where!r}: {e}; it is damaged or "
+                               f"truncated: save it again") from None
+    keys = list(arrays)
     if len(input_names) == 1 and len(keys) == 1 and keys[0] not in input_names:
-        arrays = {input_names[0]: z[keys[0]]}
-    else:
-        arrays = {k: z[k] for k in keys}
-    return ListReader(_split(arrays, shapes or {}, os.fspath(path)))
+        arrays = {input_names[0]: arrays[keys[0]]}
+    return ListReader(_split(arrays, shapes or {}, where))
+
+
+# what reading a damaged archive or array raises besides our own checks
+_READ_ERRORS = (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error, NotImplementedError,
+                RuntimeError)
+
+
+def _read_npy(f, size: int, where: str) -> np.ndarray:
+    """One array from the .npy stream ``f`` of ``size`` bytes, its header checked before any
+    data is read: plain numbers (no pickled objects), and no more data declared than the file
+    holds (truncated, damaged) or than this machine has memory for."""
+    from edgeops.env import memory_available
+    fmt = np.lib.format
+    try:
+        version = fmt.read_magic(f)
+        shape, fortran, dtype = (fmt.read_array_header_1_0(f) if version == (1, 0)
+                                 else fmt.read_array_header_2_0(f))
+    except _READ_ERRORS as e:
+        raise CalibrationError(f"{where} is not a .npy array ({e}); save it with np.save") from None
+    if dtype.hasobject:
+        raise CalibrationError(f"{where} holds Python objects (dtype {dtype}), not numbers; save "
+                               f"plain numeric arrays (e.g. float32)")
+    need = math.prod(shape) * dtype.itemsize
+    have = size - f.tell()
+    if need > have:
+        raise CalibrationError(f"{where} declares shape {_fmt(shape)} {dtype} ({need} bytes) but "
+                               f"holds {max(have, 0)} bytes: truncated or damaged; save it again")
+    avail = memory_available()
+    if avail is not None and need > avail:
+        raise CalibrationError(f"{where} holds {need / 2**30:.1f} GiB ({_fmt(shape)} {dtype}), "
+                               f"more than the {avail / 2**30:.1f} GiB of memory available here; "
+                               f"give fewer samples")
+    data = f.read(need)
+    if len(data) != need:
+        raise CalibrationError(f"{where} ends after {len(data)} of its {need} bytes of data: "
+                               f"truncated; save it again")
+    a = np.frombuffer(bytearray(data), dtype=dtype)
+    return a.reshape(shape[::-1]).T if fortran else a.reshape(shape)
+
+
+def _load_npy(path) -> np.ndarray:
+    where = os.fspath(path)
+    try:
+        with open(where, "rb") as f:
+            return _read_npy(f, os.fstat(f.fileno()).st_size, where)
+    except CalibrationError:
+        raise
+    except _READ_ERRORS as e:
+        raise CalibrationError(f"cannot read calibration file {where!r}: {e}") from None
 
 
 def _split(arrays: dict[str, np.ndarray], shapes: dict, where: str) -> list[dict]:
     per = {}
     for k, v in arrays.items():
         shape = shapes.get(k)
+        if v.ndim == 0:
+            raise CalibrationError(f"{where}: {k!r} is a single number, not an array of samples "
+                                   f"(expected {_fmt(shape)} per sample)")
         if shape is not None and v.ndim == len(shape) + 1:     # already batches
             per[k] = list(v)
             continue
@@ -93,7 +164,7 @@ def npy_folder_reader(folder, input_names: list[str]) -> ListReader:
     folder = Path(folder)
     files = sorted(folder.glob("*.npy"))
     if len(input_names) == 1 and files:
-        return ListReader({input_names[0]: np.load(f)} for f in files)
+        return ListReader({input_names[0]: _load_npy(f)} for f in files)
     per = {}
     for name in input_names:
         sub = folder / name
@@ -106,7 +177,7 @@ def npy_folder_reader(folder, input_names: list[str]) -> ListReader:
         raise CalibrationError(f"calibration folder {os.fspath(folder)!r}: inputs have different "
                                f"numbers of .npy files {counts}")
     n = next(iter(counts.values()))
-    return ListReader({k: np.load(per[k][i]) for k in input_names} for i in range(n))
+    return ListReader({k: _load_npy(per[k][i]) for k in input_names} for i in range(n))
 
 
 RESIZE = ("stretch", "crop")
@@ -158,7 +229,8 @@ def image_reader(paths, input_name: str, input_shape, *, mean=(0.0, 0.0, 0.0), s
                 im = im.crop((left, top, left + w, top + h))
             else:
                 im = im.resize((w, h), Image.BILINEAR)
-        except OSError as e:
+        except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as e:
+            # Pillow's guard against a header declaring billions of pixels is no OSError
             raise CalibrationError(f"cannot read image {os.fspath(p)!r}: {e}") from None
         a = np.asarray(im, np.float32).reshape(h, w, c) * scale
         a = (a - mean) / std
@@ -251,4 +323,6 @@ def validated_batches(reader, inputs: list[tuple[str, tuple, np.dtype]]) -> list
 
 
 def _fmt(shape) -> str:
+    if shape is not None and len(shape) == 0:
+        return "() (a single number)"
     return "x".join(str(d) if d is not None else "?" for d in shape) if shape is not None else "?"

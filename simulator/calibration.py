@@ -581,21 +581,111 @@ class Calibration:
 
 
 def read(path: Path, kernels: str | None = None) -> tuple[dict | None, str]:
-    """(the document, "") or (None, why it is not used): missing, unreadable, another format,
-    or measured with other kernels than ``kernels`` (the current kernel key, when given)."""
+    """(the document, "") or (None, why it is not used): missing, of another format version, or
+    measured with other kernels than ``kernels`` (the current kernel key, when given): stale,
+    said in the reason only; unreadable or damaged (not JSON, a field of the wrong type, NaN):
+    the same, with an :class:`~edgeops.errors.EdgeOpsWarning` too. A cache file is edgeops' own,
+    not the user's input: predictions go on without it, as with no calibration at all."""
     try:
-        doc = json.loads(Path(path).read_text())
-    except OSError:
+        doc = json.loads(Path(path).read_bytes())
+    except FileNotFoundError:
         return None, f"no calibration file {path}"
-    except ValueError as e:
-        return None, f"{path} is not JSON ({e})"
-    if not isinstance(doc, dict) or doc.get("format") != FORMAT or "entries" not in doc:
-        return None, f"{path} is not a format-{FORMAT} calibration; run edgeops calibrate again"
-    prov = doc.get("provenance") or {}
-    if kernels is not None and prov.get("kernels_key") != kernels:
+    except OSError as e:
+        return _damaged(path, f"cannot be read ({e.strerror})")
+    except ValueError as e:     # JSONDecodeError and UnicodeDecodeError both
+        return _damaged(path, f"is not JSON ({e})")
+    if isinstance(doc, dict) and isinstance(doc.get("format"), int) and \
+            not isinstance(doc["format"], bool) and doc["format"] != FORMAT:
+        return None, (f"{path} is a format-{doc['format']} calibration, not {FORMAT}; run "
+                      f"edgeops calibrate again")
+    prov = doc.get("provenance", {}) if isinstance(doc, dict) else None
+    if isinstance(prov, dict) and isinstance(prov.get("kernels_key", ""), str) and \
+            kernels is not None and prov.get("kernels_key") != kernels:
+        # stale: not used, whatever else it holds
         return None, (f"{path} was measured with other kernels or runtime "
                       f"({prov.get('kernels_key')} vs {kernels}); run edgeops calibrate again")
+    why = _damage(doc)
+    if why:
+        return _damaged(path, why)
     return doc, ""
+
+
+def _damaged(path, why: str) -> tuple[None, str]:
+    import warnings
+
+    from edgeops.errors import EdgeOpsWarning
+    why = f"{path} {why}"
+    warnings.warn(EdgeOpsWarning(f"ignoring the calibration file {why}: predictions use no "
+                                 f"calibration from it; run edgeops calibrate again, or delete "
+                                 f"it"), stacklevel=3)
+    return None, f"{why}; damaged, ignored"
+
+
+def _num(v, strict: bool = False) -> bool:
+    """A finite number (not a bool) >= 0 (> 0 with ``strict``)."""
+    return (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+            and (v > 0 if strict else v >= 0))
+
+
+def _thread_key(k, prefix: str = "") -> bool:
+    return isinstance(k, str) and k.startswith(prefix) and k[len(prefix):].isdigit()
+
+
+def _damage(doc) -> str:
+    """What is wrong with a calibration document, in the fields predictions read ("" if
+    nothing): every figure a finite number of the right sign, every key of its shape."""
+    if not isinstance(doc, dict):
+        return f"holds a JSON {type(doc).__name__}, not a calibration object"
+    if doc.get("format") != FORMAT or isinstance(doc.get("format"), bool):
+        return f"has format {doc.get('format')!r}, not {FORMAT}"
+    entries = doc.get("entries")
+    if not isinstance(entries, dict):
+        return "has no entries object"
+    for k, e in entries.items():
+        parts = k.split("|")
+        if len(parts) != 4 or parts[0] not in SIDES or not _thread_key(parts[3], "t"):
+            return f"has an entry key {k!r}, not side|family|dtype|t<threads>"
+        if not isinstance(e, dict) or not _num(e.get("call_s")) or not _num(e.get("band")):
+            return f"entry {k!r}: call_s and band must be finite numbers >= 0"
+        for f in ("comp_eff", "bw_eff", "weight_bw_eff"):
+            if e.get(f) is not None and not _num(e[f], strict=True):
+                return f"entry {k!r}: {f} must be null or a finite number > 0, not {e[f]!r}"
+    prov = doc.get("provenance", {})
+    if not isinstance(prov, dict):
+        return "has a provenance that is not an object"
+    if not isinstance(prov.get("kernels_key", ""), str) or \
+            not isinstance(prov.get("machine_key", ""), str):
+        return "has a kernels_key or machine_key that is not a string"
+    if "board" in prov:
+        b = prov["board"]
+        if not isinstance(b, dict) or not isinstance(b.get("name"), str) or \
+                not isinstance(b.get("kind"), str) or not isinstance(b.get("ort_class"), str):
+            return "provenance.board needs name, kind and ort_class strings"
+        for f in ("vector_bits", "clock_hz", "cores", "bandwidth_bytes_per_s"):
+            if not _num(b.get(f)):      # 0: unknown, as the writer puts it (distance skips it)
+                return f"provenance.board.{f} must be a finite number >= 0, not {b.get(f)!r}"
+    rates_ = prov.get("rates", {})
+    if not isinstance(rates_, dict) or not all(
+            isinstance(v, list) and len(v) == 3 and all(_num(x, strict=True) for x in v)
+            for v in rates_.values()):      # predictions divide by them
+        return "provenance.rates must map dtype|t<threads> to 3 finite numbers > 0"
+    ov = prov.get("session_overhead_s", {})
+    if not isinstance(ov, dict) or not all(_thread_key(k) and _num(v) for k, v in ov.items()):
+        return "provenance.session_overhead_s must map thread counts to finite seconds >= 0"
+    im = doc.get("in_model", {})
+    if not isinstance(im, dict):
+        return "has an in_model that is not an object"
+    for k, f in im.items():
+        if not _thread_key(k, "t") or not isinstance(f, dict):
+            return f"in_model {k!r} is not t<threads>: {{...}}"
+        for side in ("ort", "edgeops"):
+            v = f.get(side, 1.0)
+            if not (_num(v) or isinstance(v, list) and len(v) == 3 and all(_num(x) for x in v)):
+                return f"in_model {k!r} {side} must be a factor or 3 finite numbers >= 0"
+        for g in ("cache", "cache_share"):
+            if not _num(f.get(g, 0.0)):
+                return f"in_model {k!r} {g} must be a finite number >= 0"
+    return ""
 
 
 def load(board, *, kernels: str | None = None, machine: str | None = None,

@@ -39,13 +39,16 @@ def run(args) -> int:
     if grid not in C.GRIDS:
         raise EdgeOpsError(f"{GRID_ENV}={grid!r}: use one of {', '.join(sorted(C.GRIDS))}")
     threads = args.threads or sorted({1, min(2, os.cpu_count() or 1)})
+    if args.output is not None and not args.output.strip():
+        raise EdgeOpsError("--output needs a file name (without it the calibration goes to the "
+                           "cache)")
     if args.to:
         if args.output:
             raise EdgeOpsError("--to stores the board's calibration in the cache; drop --output")
         from edgeops.deploy.calibrate import calibrate_remote
         doc = calibrate_remote(args.to, args.board, grid=grid, threads=threads, force=args.force)
     else:
-        check_out(args.output, args.force)
+        check_output(args.output, args.force)
         with progress_bar(not args.json, f"calibrating {args.board} ({grid} grid)") as update:
             state = {"done": 0}
 
@@ -61,6 +64,32 @@ def run(args) -> int:
         return 0
     _print(doc)
     return 0
+
+
+def check_output(path: str | None, force: bool) -> None:
+    """Refuse, before minutes of measuring, an ``--output`` the file cannot be written to: a
+    directory, something not a regular file, a folder edgeops cannot create files in."""
+    import tempfile
+    from pathlib import Path
+
+    from edgeops.errors import EdgeOpsError
+    if path is None:
+        return
+    p = Path(path)
+    if p.is_dir():
+        raise EdgeOpsError(f"--output {path} is a directory; give a file name, e.g. "
+                           f"{p / 'calibration.json'}")
+    if p.exists() and not p.is_file():
+        raise EdgeOpsError(f"--output {path} is not a regular file; give a file name of yours")
+    check_out(path, force)
+    if not p.parent.is_dir():
+        raise EdgeOpsError(f"--output {path}: directory {p.parent} does not exist; create it first")
+    try:        # the file is written next to itself, then renamed over it
+        with tempfile.NamedTemporaryFile(dir=p.parent, prefix=f".{p.name}.", suffix=".probe"):
+            pass
+    except OSError as e:
+        raise EdgeOpsError(f"--output {path}: cannot write files in {p.parent} "
+                           f"({e.strerror}); choose another place") from None
 
 
 def _print(doc: dict) -> None:

@@ -1,5 +1,6 @@
 """Generated bad inputs for every subcommand (fuzz_cli.py): each ends with exit status 2, one line
-on stderr and no traceback, within the time cap; a sample run as processes also stays under the
+on stderr and no traceback, within the time cap (a damaged calibration in the cache instead: exit
+0 with a warning, or that one-line refusal); a sample run as processes also stays under the
 peak-RSS cap. Generated bad HTTP requests (fuzz_http.py) get JSON 4xx answers from edgeops serve,
 never a 500, and leave it healthy. CI runs a representative budget; EDGEOPS_TEST_FULL=1 the whole
 one."""
