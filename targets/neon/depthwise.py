@@ -176,8 +176,76 @@ def make_dw3_kernel(vl: int, masked: bool = False):
         return typer(d, a, b, c)
     return dw3
 
+def make_dw3_pair_kernel(vl: int):
+    """An intrinsic ``dw3p(d, doff, a, aoff, b, boff, c, coff, e, eoff, f, foff, g, goff, w,
+    bias, lo, hi, m, ilo, ihi)``: the masked stride-1 ``dw3`` of two output rows of ``m`` <=
+    vl/2 outputs in one vector, lanes q < m from rows a, b, c (``d[doff + q]``) and lanes
+    m <= q < 2m from rows e, f, g (``d[doff + q]``, the next output row: rows of one plane are
+    contiguous). Each tap is two masked loads, the second merged into the first; same sums in
+    the same order as ``dw3``. A 7-wide row alone fills 7 of AVX-512's 16 lanes."""
+    @intrinsic
+    def dw3p(typingctx, d, doff, a, aoff, b, boff, c, coff, e, eoff, f, foff, g, goff, w, bias,
+             lo, hi, m, ilo, ihi):
+        ip, f32t = types.intp, types.float32
+        sig = types.void(d, ip, a, ip, b, ip, c, ip, e, ip, f, ip, g, ip,
+                         types.UniTuple(f32t, 9), f32t, f32t, f32t, ip, ip, ip)
+
+        def codegen(context, builder, signature, args):
+            f32, i32, i64 = ir.FloatType(), ir.IntType(32), ir.IntType(64)
+            vty = ir.VectorType(f32, vl)
+            mty = ir.VectorType(ir.IntType(1), vl)
+            ity = ir.IntType(vl)
+            fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vty, [vty] * 3),
+                                                 f"llvm.fmuladd.v{vl}f32")
+            mload = cgutils.get_or_insert_function(
+                builder.module, ir.FunctionType(vty, [vty.as_pointer(), i32, mty, vty]),
+                f"llvm.masked.load.v{vl}f32.p0")
+            mstore = cgutils.get_or_insert_function(
+                builder.module, ir.FunctionType(ir.VoidType(), [vty, vty.as_pointer(), i32, mty]),
+                f"llvm.masked.store.v{vl}f32.p0")
+            ptrs = [builder.gep(_data_ptr(context, builder, signature.args[k], args[k]),
+                                [args[k + 1]]) for k in range(0, 14, 2)]
+            pd, rows_a, rows_b = ptrs[0], ptrs[1:4], ptrs[4:7]
+            w_, bias_, lo_, hi_, m_, ilo_, ihi_ = args[14:]
+            ws = [_splat(builder, builder.extract_value(w_, j), vty) for j in range(9)]
+            zero_v = ir.Constant(vty, [0.0] * vl)
+            one = ir.Constant(i64, 1)
+
+            def c63(v):
+                v = builder.select(builder.icmp_signed("<", v, ir.Constant(i64, 0)),
+                                   ir.Constant(i64, 0), v)
+                return builder.select(builder.icmp_signed(">", v, ir.Constant(i64, 63)),
+                                      ir.Constant(i64, 63), v)
+
+            below = lambda v: builder.sub(builder.shl(one, c63(v)), one)  # noqa: E731
+            bits = builder.and_(below(ihi_), builder.not_(below(ilo_)))
+            low_m = below(m_)
+            as_mask = lambda v: builder.bitcast(builder.trunc(v, ity), mty)  # noqa: E731
+            acc = _splat(builder, bias_, vty)
+            for r in range(3):
+                for t in range(3):
+                    tb = builder.and_(builder.lshr(bits, ir.Constant(i64, t)), low_m)
+                    pa = builder.gep(rows_a[r], [ir.Constant(i64, t)])
+                    pb = builder.gep(rows_b[r], [builder.sub(ir.Constant(i64, t), m_)])
+                    v = builder.call(mload, [builder.bitcast(pa, vty.as_pointer()),
+                                             ir.Constant(i32, 4), as_mask(tb), zero_v])
+                    v = builder.call(mload, [builder.bitcast(pb, vty.as_pointer()),
+                                             ir.Constant(i32, 4), as_mask(builder.shl(tb, m_)),
+                                             v])
+                    acc = builder.call(fma, [ws[3 * r + t], v, acc])
+            lo_v, hi_v = _splat(builder, lo_, vty), _splat(builder, hi_, vty)
+            acc = builder.select(builder.fcmp_ordered("<", acc, lo_v), lo_v, acc)
+            acc = builder.select(builder.fcmp_ordered(">", acc, hi_v), hi_v, acc)
+            builder.call(mstore, [acc, builder.bitcast(pd, vty.as_pointer()),
+                                  ir.Constant(i32, 4), as_mask(below(builder.add(m_, m_)))])
+            return context.get_dummy_value()
+        return sig, codegen
+    return dw3p
+
+
 dw3_vec = make_dw3_kernel(VL)
 dw3_masked = make_dw3_kernel(VL, masked=True)
+dw3_pair = make_dw3_pair_kernel(VL)
 
 
 @njit(cache=True, fastmath=_FM, error_model="numpy")
@@ -202,7 +270,24 @@ def _dw3_kernel(x, w, bias, has_bias, y, N, C, H, W, K, OH, OW, sh, sw, dh, ph, 
         wk = w[k * 9:(k + 1) * 9]
         # the nine weights as values: loaded once per plane, splatted outside the row loop
         w9 = (wk[0], wk[1], wk[2], wk[3], wk[4], wk[5], wk[6], wk[7], wk[8])
-        for oh in range(OH):
+        # stride 1, rows of at most half a vector: two output rows a vector (x86 only, above)
+        pairs = OH // 2 if VL >= 8 and sw == 1 and 2 * OW <= VL else 0
+        for i in range(pairs):
+            ih = 2 * i * sh - ph
+            r0, o0 = (x, base + ih * W) if 0 <= ih < H else (zero, 0)
+            r1, o1 = (x, base + (ih + dh) * W) if 0 <= ih + dh < H else (zero, 0)
+            r2, o2 = (x, base + (ih + 2 * dh) * W) if 0 <= ih + 2 * dh < H else (zero, 0)
+            ih += sh
+            r3, o3 = (x, base + ih * W) if 0 <= ih < H else (zero, 0)
+            r4, o4 = (x, base + (ih + dh) * W) if 0 <= ih + dh < H else (zero, 0)
+            r5, o5 = (x, base + (ih + 2 * dh) * W) if 0 <= ih + 2 * dh < H else (zero, 0)
+            yo = ((n * K + k) * OH + 2 * i) * OW
+            dw3_pair(y, yo, r0, o0 - pw, r1, o1 - pw, r2, o2 - pw, r3, o3 - pw, r4, o4 - pw, r5,
+                     o5 - pw, w9, bv, lo, hi, OW, pw, W + pw)
+            if not clamp:
+                row = y[yo:yo + 2 * OW]
+                ep.act_copy(row, row, 2 * OW, act, p0, p1)
+        for oh in range(2 * pairs, OH):
             ih = oh * sh - ph
             # (buffer, offset) of the three input rows; a padding row reads zeros
             ra, oa = (x, base + ih * W) if 0 <= ih < H else (zero, 0)
