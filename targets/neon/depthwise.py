@@ -55,7 +55,9 @@ def make_dw3_kernel(vl: int, masked: bool = False):
     outputs ran scalar. Stride 2 loads two vectors and de-interleaves them (``uzp1/uzp2`` on
     aarch64, ``vpermt2ps`` on AVX-512); the third tap is the even lanes shifted by one with the
     next even element inserted, so no load reaches past the last input the window uses.
-    Accumulation order is bias, then taps row-major, each a fused multiply-add."""
+    Three partial sums, one per kernel row (the first from the bias), each three fused
+    multiply-adds, then added in row order: one chain of nine FMAs was latency-bound on narrow
+    rows (docs/notes/neon-kernels.md)."""
     def typer(d, a, b, c):
         extra = (types.intp,) * 3 if masked else ()
         sig = types.void(d, types.intp, a, types.intp, b, types.intp, c, types.intp,
@@ -118,10 +120,11 @@ def make_dw3_kernel(vl: int, masked: bool = False):
             results = []
 
             builder.position_at_end(b1)
-            acc = bias_v
+            accs = [bias_v, zero_v, zero_v]
             for r, p in enumerate(rows):
                 for t in range(3):
-                    acc = builder.call(fma, [ws[3 * r + t], load(p, t), acc])
+                    accs[r] = builder.call(fma, [ws[3 * r + t], load(p, t), accs[r]])
+            acc = builder.fadd(builder.fadd(accs[0], accs[1]), accs[2])
             results.append((acc, builder.block))
             builder.branch(bend)
 
@@ -129,7 +132,7 @@ def make_dw3_kernel(vl: int, masked: bool = False):
             even = ir.Constant(ir.VectorType(i32, vl), list(range(0, 2 * vl, 2)))
             odd = ir.Constant(ir.VectorType(i32, vl), list(range(1, 2 * vl, 2)))
             shift = ir.Constant(ir.VectorType(i32, vl), list(range(1, vl + 1)))
-            acc = bias_v
+            accs = [bias_v, zero_v, zero_v]
             for r, p in enumerate(rows):
                 lo = load(p, 0)
                 hi = load(p, vl)
@@ -139,7 +142,8 @@ def make_dw3_kernel(vl: int, masked: bool = False):
                                              ir.Constant(i32, 0))
                 ev2 = builder.shuffle_vector(ev, nxt, shift)
                 for t, v in enumerate((ev, od, ev2)):
-                    acc = builder.call(fma, [ws[3 * r + t], v, acc])
+                    accs[r] = builder.call(fma, [ws[3 * r + t], v, accs[r]])
+            acc = builder.fadd(builder.fadd(accs[0], accs[1]), accs[2])
             results.append((acc, builder.block))
             builder.branch(bend)
 
@@ -221,7 +225,7 @@ def make_dw3_pair_kernel(vl: int):
             bits = builder.and_(below(ihi_), builder.not_(below(ilo_)))
             low_m = below(m_)
             as_mask = lambda v: builder.bitcast(builder.trunc(v, ity), mty)  # noqa: E731
-            acc = _splat(builder, bias_, vty)
+            accs = [_splat(builder, bias_, vty), zero_v, zero_v]
             for r in range(3):
                 for t in range(3):
                     tb = builder.and_(builder.lshr(bits, ir.Constant(i64, t)), low_m)
@@ -232,7 +236,8 @@ def make_dw3_pair_kernel(vl: int):
                     v = builder.call(mload, [builder.bitcast(pb, vty.as_pointer()),
                                              ir.Constant(i32, 4), as_mask(builder.shl(tb, m_)),
                                              v])
-                    acc = builder.call(fma, [ws[3 * r + t], v, acc])
+                    accs[r] = builder.call(fma, [ws[3 * r + t], v, accs[r]])
+            acc = builder.fadd(builder.fadd(accs[0], accs[1]), accs[2])
             lo_v, hi_v = _splat(builder, lo_, vty), _splat(builder, hi_, vty)
             acc = builder.select(builder.fcmp_ordered("<", acc, lo_v), lo_v, acc)
             acc = builder.select(builder.fcmp_ordered(">", acc, hi_v), hi_v, acc)
