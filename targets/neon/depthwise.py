@@ -86,12 +86,12 @@ def make_dw3_kernel(vl: int, masked: bool = False):
                     f"llvm.masked.load.v{vl}f32.p0")
                 # bit j of ``bits``: input j may be read; the range clamped to 0..63 (a stride-2
                 # call reads inputs 0..2*vl, at most 33), so each tap's mask is a shift
-                c63 = lambda v: builder.select(  # noqa: E731
+                c63 = lambda v: builder.select(
                     builder.icmp_signed("<", v, ir.Constant(i64, 0)), ir.Constant(i64, 0),
                     builder.select(builder.icmp_signed(">", v, ir.Constant(i64, 63)),
                                    ir.Constant(i64, 63), v))
                 one = ir.Constant(i64, 1)
-                below = lambda v: builder.sub(builder.shl(one, c63(v)), one)  # noqa: E731
+                below = lambda v: builder.sub(builder.shl(one, c63(v)), one)
                 bits = builder.and_(below(ihi_), builder.not_(below(ilo_)))
                 ity = ir.IntType(vl)
 
@@ -221,10 +221,10 @@ def make_dw3_pair_kernel(vl: int):
                 return builder.select(builder.icmp_signed(">", v, ir.Constant(i64, 63)),
                                       ir.Constant(i64, 63), v)
 
-            below = lambda v: builder.sub(builder.shl(one, c63(v)), one)  # noqa: E731
+            below = lambda v: builder.sub(builder.shl(one, c63(v)), one)
             bits = builder.and_(below(ihi_), builder.not_(below(ilo_)))
             low_m = below(m_)
-            as_mask = lambda v: builder.bitcast(builder.trunc(v, ity), mty)  # noqa: E731
+            as_mask = lambda v: builder.bitcast(builder.trunc(v, ity), mty)
             accs = [_splat(builder, bias_, vty), zero_v, zero_v]
             for r in range(3):
                 for t in range(3):
