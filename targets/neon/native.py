@@ -183,8 +183,8 @@ def _depthwise(args, arrays, values, scratch):
     bias = carray(arrays[1], (v[3],), np.float32)
     fp = carray(arrays[2], (2,), np.float64)
     if v[6]:
-        depthwise._dw3_kernel(x, w, bias, v[4] != 0, y, v[7], v[8], v[9], v[10], v[11], v[14],
-                              v[15], v[16], v[17], v[18], v[20], v[21], v[5], fp[0], fp[1])
+        depthwise._dw3_parallel(x, w, bias, v[4] != 0, y, v[7], v[8], v[9], v[10], v[11], v[14],
+                                v[15], v[16], v[17], v[18], v[20], v[21], v[5], fp[0], fp[1])
     else:
         depthwise._dw_kernel(x, w, bias, v[4] != 0, y, v[7], v[8], v[9], v[10], v[11], v[12],
                              v[13], v[14], v[15], v[16], v[17], v[18], v[19], v[20], v[21], v[5],

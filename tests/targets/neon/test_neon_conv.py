@@ -9,7 +9,8 @@ from edgeops.ops.conv_bn_act import ConvBnAct
 from edgeops.targets.neon import chooser, epilogue as ep
 from edgeops.targets.neon.blocking import Blocking
 from edgeops.targets.neon.conv import conv2d_im2col, geom_from_attrs
-from edgeops.targets.neon.depthwise import conv2d_depthwise
+from edgeops.targets.neon import depthwise
+from edgeops.targets.neon.depthwise import conv2d_depthwise, uses_dw3
 from edgeops.targets.neon.winograd import conv2d_winograd
 
 
@@ -76,6 +77,33 @@ def test_depthwise_direct(rng, n, c, h, w, k, r, s, attrs, act):
     x, wt, b, attrs, g = _case(rng, n, c, h, w, k, r, s, group=c, **attrs)
     y = conv2d_depthwise(x, wt, b, g, ep.activation(act))
     _close(y, _ref(x, wt, b, attrs, act), r * s)
+
+
+@pytest.mark.parametrize("stride", [1, 2])
+@pytest.mark.parametrize("pads", [(0, 0, 0, 0), (1, 1, 1, 1), (2, 0, 0, 2)])
+@pytest.mark.parametrize("mult,act", [(1, "relu6"), (2, "none"), (3, "silu")])
+def test_depthwise_3x3_narrow_rows(rng, stride, pads, mult, act):
+    """3x3 rows of every width from 1 to 20 outputs: narrower than a vector (masked loads and
+    stores on x86, scalar edges on 4-lane NEON), a vector plus a partial one, padding on one
+    side only, and a clamp or an activation on the row."""
+    c, h = 2, 5
+    for ow in range(1, 21):
+        w = (ow - 1) * stride + 3 - pads[1] - pads[3]
+        if w < 1:
+            continue
+        x, wt, b, attrs, g = _case(rng, 2, c, h, w, c * mult, 3, 3, group=c,
+                                   strides=(stride, stride), pads=pads)
+        assert uses_dw3(g) and g.ow == ow
+        y = conv2d_depthwise(x, wt, b, g, ep.activation(act))
+        _close(y, _ref(x, wt, b, attrs, act), 9)
+        # the kernel into a buffer with guard cells either side: nothing stored outside Y
+        guard = np.full(y.size + 64, 7.0, np.float32)
+        code, p0, p1 = ep.activation(act)
+        depthwise._dw3_parallel(x.reshape(-1), wt.reshape(-1), b, True, guard[32:-32], g.n,
+                                g.c, g.h, g.w, g.k, g.oh, g.ow, g.sh, g.sw, g.dh, g.ph, g.pw,
+                                code, float(p0), float(p1))
+        assert (guard[:32] == 7).all() and (guard[-32:] == 7).all()
+        np.testing.assert_array_equal(guard[32:-32], y.reshape(-1))
 
 
 WINO_CASES = [(1, 3, 8, 8, 4, {"pads": (1, 1, 1, 1)}), (2, 5, 11, 9, 7, {"pads": (1, 1, 1, 1)}),
