@@ -71,6 +71,14 @@ def test_nodes_that_win_alone_are_dropped_when_the_whole_model_loses():
     _check(lost, x)
 
 
+def test_a_whole_model_measured_faster_keeps_its_nodes_lowered():
+    """The nodes each cleared the per-node margin; the whole package need only be faster."""
+    won = lower(_chain(), "host", measure=True, table=_Table((0.95e-3, 1e-3)))
+    assert won.lowered
+    lost = lower(_chain(), "host", measure=True, table=_Table((1.01e-3, 1e-3)))
+    assert not lost.lowered
+
+
 def test_margin_keeps_onnx_runtime_on_a_near_tie():
     class Tie(_Table):
         def get(self, *a):

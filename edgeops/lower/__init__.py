@@ -199,9 +199,9 @@ def lower(model, board, *, mode: str = "auto", targets=None, shapes=None, plan: 
     if table is not None and lw.lowered:
         # each lowered node won alone; the package must also win as a whole, else it is
         # ONNX Runtime's own graph (never slower than ORT where this machine can tell)
-        from edgeops.lower.measure import MARGIN
+        from edgeops.lower.measure import WHOLE_MARGIN
         whole = table.whole_model(src.model, out)
-        if whole is not None and not whole[0] < whole[1] * MARGIN and promoted:
+        if whole is not None and not whole[0] < whole[1] * WHOLE_MARGIN and promoted:
             # first without the region-only nodes: the nodes that win alone may still win
             again = lower(model, board, mode=mode, targets=targets, shapes=shapes, plan=plan,
                           budget=budget, cache=cache, measured=measured, measure=measure,
@@ -213,7 +213,7 @@ def lower(model, board, *, mode: str = "auto", targets=None, shapes=None, plan: 
                               f"{whole[0] * 1e3:.3f} ms vs ORT {whole[1] * 1e3:.3f} ms on "
                               f"{_where(ctx)}, so regions are off")
             return again
-        if whole is not None and not whole[0] < whole[1] * MARGIN:
+        if whole is not None and not whole[0] < whole[1] * WHOLE_MARGIN:
             said = (f"whole model measured on {_where(ctx)}: package {whole[0] * 1e3:.3f} ms vs "
                     f"ORT {whole[1] * 1e3:.3f} ms, so no node is lowered")
             kept = {p.node: f"{said} (this node alone: {p.reason})" for p in lw.lowered}
