@@ -21,6 +21,7 @@ from edgeops.targets.neon.blocking import Blocking, from_tiling
 from edgeops.targets.neon.gemm import gemm_flat
 from edgeops.threads import SMALL_ELEMENTS, serial_if
 
+_EMPTY = np.zeros(1, np.float32)
 _COLS_BUDGET = 64 * 1024 * 1024  # bytes of im2col buffer per chunk of images
 
 # fastmath: "contract" only (mul+add -> FMA: one rounding, no reassociation, NaN/inf kept)
@@ -153,6 +154,33 @@ def _im2col(x, n0, nimg, C, H, W, G, Cg, R, S, OH, OW, sh, sw, dh, dw, ph, pw, c
                 cr[ow] = padval
 
 
+@njit(cache=True, fastmath=_FM, error_model="numpy")
+def _gemv(M, K, a, a_offs, b, b_offs, c, c_offs, bias, bias_offs, bias_mode, act, p0, p1):
+    """C[c_off + i] = act(sum_k A[a_off + i*K + k] * B[b_off + k] + bias) per batch entry: the
+    GEMM of a conv with one output pixel, which the 32-column register tile pads 32-fold.
+    Sixteen partial sums over k mod 16, then added in lane order: a fixed order, so the Python
+    and native paths give the same bits."""
+    acc = np.zeros(16, np.float32)
+    K16 = K // 16 * 16
+    for bt in range(a_offs.shape[0]):
+        ao, bo, co = a_offs[bt], b_offs[bt], c_offs[bt]
+        xv = b[bo:bo + K]
+        for i in range(M):
+            row = a[ao + i * K:ao + (i + 1) * K]
+            for q in range(16):
+                acc[q] = 0
+            for k0 in range(0, K16, 16):
+                for q in range(16):
+                    acc[q] += row[k0 + q] * xv[k0 + q]
+            s = np.float32(0)
+            for q in range(16):
+                s += acc[q]
+            for k in range(K16, K):
+                s += row[k] * xv[k]
+            c[co + i] = s
+        ep.finish_tile(c, co, 1, M, 1, bias, bias_offs[bt], bias_mode, 0, 0, act, p0, p1)
+
+
 def check_conv_inputs(x, w, b, g: ConvGeom, dtype=np.float32, who="neon conv"):
     for name, t in (("X", x), ("W", w)):
         if not isinstance(t, np.ndarray) or t.dtype != dtype:
@@ -196,6 +224,11 @@ def conv2d_im2col(x, w, b, g: ConvGeom, act=(0, 0.0, 0.0), blocking: Blocking | 
             _im2col(xf, n0, nimg, g.c, g.h, g.w, G, g.cg, g.r, g.s, g.oh, g.ow, g.sh, g.sw, g.dh,
                     g.dw, g.ph, g.pw, cols, 0)
         ng = np.arange(nimg * G, dtype=np.int64)
+        if P == 1:
+            _gemv(g.kg, KK, wf, (ng % G) * g.kg * KK, cols, ng * KK, y.reshape(-1),
+                  (n0 * G + ng) * g.kg, _EMPTY if bias is None else bias, (ng % G) * g.kg,
+                  mode, act[0], float(act[1]), float(act[2]))
+            continue
         gemm_flat(g.kg, P, KK, wf, (ng % G) * g.kg * KK, KK, 1, cols, ng * (KK * P), P, 1,
                   y.reshape(-1), (n0 * G + ng) * (g.kg * P), P, bias=bias,
                   bias_offs=(ng % G) * g.kg, bias_mode=mode, act=act, blocking=blocking)
