@@ -14,16 +14,15 @@ import os
 import time
 
 os.environ.setdefault("NUMBA_NUM_THREADS", "1")
-import numba  # noqa: E402
-import numpy as np  # noqa: E402
-import onnx  # noqa: E402
-import onnxruntime as ort  # noqa: E402
-from onnx import TensorProto, helper  # noqa: E402
+import numba
+import numpy as np
+import onnxruntime as ort
+from onnx import TensorProto, helper
 
-from edgeops.targets.neon import conv as nc  # noqa: E402
-from edgeops.targets.neon import epilogue as ep  # noqa: E402
-from edgeops.targets.neon.blocking import from_tiling  # noqa: E402
-from edgeops.targets.neon.gemm import gemm_flat  # noqa: E402
+from edgeops.targets.neon import conv as nc
+from edgeops.targets.neon import epilogue as ep
+from edgeops.targets.neon.blocking import from_tiling
+from edgeops.targets.neon.gemm import gemm_flat
 
 # name: (C, H, K, R, stride, pad)
 SHAPES = {
@@ -71,7 +70,7 @@ def main():
     B = rng.standard_normal(n * n).astype(np.float32)
     Cc = np.empty(n * n, np.float32)
     z = np.zeros(1, np.int64)
-    big = lambda: gemm_flat(n, n, n, A, z, n, 1, B, z, n, 1, Cc, z, n, blocking=blk)  # noqa
+    big = lambda: gemm_flat(n, n, n, A, z, n, 1, B, z, n, 1, Cc, z, n, blocking=blk)
     big()
     tb = np.median([tm(big, 1) for _ in range(5)])
     gf_big = 2 * n ** 3 / tb / 1e9
@@ -90,7 +89,7 @@ def main():
         xf, wf = x.reshape(-1), w.reshape(-1)
         y = np.empty(K * P, np.float32)
         im = lambda: nc._im2col(xf, 0, 1, g.c, g.h, g.w, 1, g.cg, g.r, g.s, g.oh, g.ow, g.sh,  # noqa
-                                g.sw, g.dh, g.dw, g.ph, g.pw, cols, 0)
+                                g.sw, g.dh, g.dw, g.ph, g.pw, cols, 0)  # noqa: B023
         gm = lambda: gemm_flat(K, P, KK, wf, z, KK, 1, cols, z, P, 1, y, z, P, bias=b,  # noqa
                                bias_offs=z, bias_mode=ep.BIAS_ROW, blocking=blk)
         full = lambda: nc.conv2d_im2col(x, w, b, g, blocking=blk)  # noqa
