@@ -147,6 +147,11 @@ def _cases(rng):
                    {"x": xc}, {"w": f(*wshape), "b": f(wshape[0])},
                    lambda i, w, a=attrs: conv(i["x"], w["w"], w["b"], a.get("strides", [1])[0],
                                               a.get("pads", [0])[0], a.get("group", 1)))
+    # one output pixel: the entry's matrix-vector branch (conv._gemv)
+    c["conv im2col one pixel"] = (
+        [_node("Conv", ["x", "w", "b"], kernel="neon.conv_im2col", pads=[1, 1, 1, 1])],
+        {"x": f(2, 21, 1, 1)}, {"w": f(19, 21, 3, 3), "b": f(19)},
+        lambda i, w: conv(i["x"], w["w"], w["b"], 1, 1, 1))
     xp = f(2, 5, 17, 14)
 
     def pool(v, k, s, p, kind, include=False):

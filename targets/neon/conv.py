@@ -21,6 +21,7 @@ from edgeops.targets.neon.blocking import Blocking, from_tiling
 from edgeops.targets.neon.gemm import gemm_flat
 from edgeops.threads import SMALL_ELEMENTS, serial_if
 
+_EMPTY = np.zeros(1, np.float32)
 _COLS_BUDGET = 64 * 1024 * 1024  # bytes of im2col buffer per chunk of images
 
 # fastmath: "contract" only (mul+add -> FMA: one rounding, no reassociation, NaN/inf kept)
@@ -153,6 +154,39 @@ def _im2col(x, n0, nimg, C, H, W, G, Cg, R, S, OH, OW, sh, sw, dh, dw, ph, pw, c
                 cr[ow] = padval
 
 
+@njit(cache=True, fastmath=_FM, error_model="numpy")
+def _gemv(M, K, a, a_offs, b, b_offs, c, c_offs, bias, bias_offs, bias_mode, act, p0, p1):
+    """C[c_off + i] = act(sum_k A[a_off + i*K + k] * B[b_off + k] + bias) per batch entry: the
+    GEMM of a conv with one output pixel, which the 32-column register tile pads 32-fold.
+    Eight partial sums over k mod 8, then added pairwise: a fixed order, so the Python
+    and native paths give the same bits."""
+    K8 = K // 8 * 8
+    for bt in range(a_offs.shape[0]):
+        ao, bo, co = a_offs[bt], b_offs[bt], c_offs[bt]
+        xv = b[bo:bo + K]
+        x2 = xv[:K8].reshape((K8 // 8, 8))
+        for i in range(M):
+            row = a[ao + i * K:ao + (i + 1) * K]
+            # eight scalar chains over a (K/8, 8) view: bare loop counters and constant columns,
+            # so no wrap-around selects (a heap array of partial sums would stay in memory)
+            r2 = row[:K8].reshape((K8 // 8, 8))
+            s0 = s1 = s2 = s3 = s4 = s5 = s6 = s7 = np.float32(0)
+            for j in range(K8 // 8):
+                s0 += r2[j, 0] * x2[j, 0]
+                s1 += r2[j, 1] * x2[j, 1]
+                s2 += r2[j, 2] * x2[j, 2]
+                s3 += r2[j, 3] * x2[j, 3]
+                s4 += r2[j, 4] * x2[j, 4]
+                s5 += r2[j, 5] * x2[j, 5]
+                s6 += r2[j, 6] * x2[j, 6]
+                s7 += r2[j, 7] * x2[j, 7]
+            s = ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7))
+            for k in range(K8, K):
+                s += row[k] * xv[k]
+            c[co + i] = s
+        ep.finish_tile(c, co, 1, M, 1, bias, bias_offs[bt], bias_mode, 0, 0, act, p0, p1)
+
+
 def check_conv_inputs(x, w, b, g: ConvGeom, dtype=np.float32, who="neon conv"):
     for name, t in (("X", x), ("W", w)):
         if not isinstance(t, np.ndarray) or t.dtype != dtype:
@@ -196,6 +230,11 @@ def conv2d_im2col(x, w, b, g: ConvGeom, act=(0, 0.0, 0.0), blocking: Blocking | 
             _im2col(xf, n0, nimg, g.c, g.h, g.w, G, g.cg, g.r, g.s, g.oh, g.ow, g.sh, g.sw, g.dh,
                     g.dw, g.ph, g.pw, cols, 0)
         ng = np.arange(nimg * G, dtype=np.int64)
+        if P == 1:
+            _gemv(g.kg, KK, wf, (ng % G) * g.kg * KK, cols, ng * KK, y.reshape(-1),
+                  (n0 * G + ng) * g.kg, _EMPTY if bias is None else bias, (ng % G) * g.kg,
+                  mode, act[0], float(act[1]), float(act[2]))
+            continue
         gemm_flat(g.kg, P, KK, wf, (ng % G) * g.kg * KK, KK, 1, cols, ng * (KK * P), P, 1,
                   y.reshape(-1), (n0 * G + ng) * (g.kg * P), P, bias=bias,
                   bias_offs=(ng % G) * g.kg, bias_mode=mode, act=act, blocking=blocking)

@@ -143,14 +143,24 @@ def _gemm(args, arrays, values, scratch):
 def _conv_im2col(args, arrays, values, scratch):
     # the GEMM of values[0:25] (A: the held weights, B: the columns in scratch), then
     # values[25:]: X length, columns length, images, C, H, W, G, Cg, R, S, OH, OW, sh, sw, dh,
-    # dw, ph, pw
+    # dw, ph, pw, one output pixel (1: conv._gemv instead of the GEMM)
     v = values
     x = carray(args[0], (v[25],), np.float32)
     cols = carray(scratch, (v[26],), np.float32)
     conv._im2col(x, 0, v[27], v[28], v[29], v[30], v[31], v[32], v[33], v[34], v[35], v[36],
                  v[37], v[38], v[39], v[40], v[41], v[42], cols, 0)
     w = carray(arrays[6], (v[21],), np.float32)
-    _gemm_core(w, cols, carray(args[1], (v[24],), np.float32), arrays, values)
+    y = carray(args[1], (v[24],), np.float32)
+    if v[43] == 1:
+        # one output pixel: conv._gemv, as conv2d_im2col does
+        nbt = v[18]
+        fv = carray(arrays[5], (3,), np.float64)
+        conv._gemv(v[0], v[2], w, carray(arrays[0], (nbt,), np.int64), cols,
+                   carray(arrays[1], (nbt,), np.int64), y, carray(arrays[2], (nbt,), np.int64),
+                   carray(arrays[3], (v[23],), np.float32), carray(arrays[4], (nbt,), np.int64),
+                   v[11], v[12], fv[1], fv[2])
+        return 0
+    _gemm_core(w, cols, y, arrays, values)
     return 0
 
 
@@ -545,7 +555,7 @@ def conv_step(x, w, b, g, act, held, threads: int, kernel: str, tiling=None):
     lay = capped(threads, gemm.flat_layout, g.kg, P, KK, (ng % G) * g.kg * KK, ng * (KK * P),
                  ng * (g.kg * P), (ng % G) * g.kg, blocking)
     extra = (x.size, cols, g.n, g.c, g.h, g.w, G, g.cg, g.r, g.s, g.oh, g.ow, g.sh, g.sw, g.dh,
-             g.dw, g.ph, g.pw)
+             g.dw, g.ph, g.pw, int(P == 1))
     return _gemm_step(lay, wf, None, None, (x.shape, x.size), out, (KK, 1, P, 1), bias, mode,
                       None, 1.0, act, threads, (0,), name="neon.conv_im2col", extra=extra,
                       scratch=cols * 4, ldc=P,

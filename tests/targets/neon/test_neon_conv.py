@@ -44,6 +44,9 @@ IM2COL_CASES = [
     (1, 6, 15, 14, 10, 1, 1, 2, {"strides": (2, 3)}),    # 1x1 strided: im2col
     (1, 3, 23, 19, 7, 7, 7, 1, {"strides": (2, 2), "pads": (3, 3, 3, 3)}),
     (2, 4, 8, 8, 4, 3, 3, 1, {"auto_pad": "SAME_UPPER", "strides": (2, 2)}),
+    # one output pixel: conv._gemv instead of the GEMM (K ragged against its 16 lanes)
+    (2, 6, 3, 3, 38, 3, 3, 2, {"strides": (2, 2)}),
+    (1, 21, 1, 1, 19, 3, 3, 1, {"pads": (1, 1, 1, 1)}),
 ]
 
 
