@@ -20,6 +20,8 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from edgeops.targets.neon._microkernel import _data_ptr, _splat
+
 _LOG2E = np.float32(1.4426950408889634)
 _LN2_HI = np.float32(0.693359375)          # Cody-Waite split of ln 2: k*HI is exact
 _LN2_LO = np.float32(-2.12194440e-4)
@@ -84,23 +86,12 @@ def _pow2_of_shifted(typingctx, t):
     return types.float32(types.float32), codegen
 
 
-@intrinsic
-def f32_from_bits(typingctx, i):
-    """The float32 whose bits are the int32 ``i``."""
-    if i != types.int32:
-        return None
-
-    def codegen(context, builder, sig, args):
-        return builder.bitcast(args[0], ir.FloatType())
-    return types.float32(types.int32), codegen
-
-
 # Lanes of the row intrinsics below: two 512-bit registers on AVX-512, eight 128-bit ones on
 # NEON; enough independent chains to hide an add's latency.
 _LANES = 32
 
 
-def _splat(ty, v: float):
+def _const(ty, v: float):
     return ir.Constant(ty, v) if isinstance(ty, ir.FloatType) else ir.Constant(ty, [v] * ty.count)
 
 
@@ -155,7 +146,7 @@ def _row(name, n_arrays: int, n_scalars: int, lane, combine=None, init=0.0):
         def codegen(context, builder, sig, vals):
             i64, f32 = ir.IntType(64), ir.FloatType()
             vt = ir.VectorType(f32, _LANES)
-            data = [context.make_array(t)(context, builder, value=v).data
+            data = [_data_ptr(context, builder, t, v)
                     for t, v in zip(sig.args[:n_arrays], vals[:n_arrays])]
             n = context.cast(builder, vals[n_arrays], sig.args[n_arrays], types.int64)
             scalars = list(vals[n_arrays + 1:])
@@ -164,7 +155,7 @@ def _row(name, n_arrays: int, n_scalars: int, lane, combine=None, init=0.0):
             def step(ty, ptr_of, acc):
                 def go(b, i, carried):
                     loaded = [b.load(ptr_of(b, d, i), align=4) for d in data[:n_arrays]]
-                    vec = [_broadcast(b, s, ty) for s in scalars]
+                    vec = [s if ty is f32 else _splat(b, s, ty) for s in scalars]
                     stored, part = lane(b, ty, loaded, vec)
                     if stored is not None:
                         b.store(stored, ptr_of(b, data[-1], i), align=4)
@@ -179,7 +170,7 @@ def _row(name, n_arrays: int, n_scalars: int, lane, combine=None, init=0.0):
 
             acc = combine is not None
             got = _loop(builder, ir.Constant(i64, 0), body_n, _LANES,
-                        [_splat(vt, init)] if acc else [], step(vt, vptr, acc))
+                        [_const(vt, init)] if acc else [], step(vt, vptr, acc))
             first = None
             if acc:
                 r, w = got[0], _LANES
@@ -208,14 +199,6 @@ def _row(name, n_arrays: int, n_scalars: int, lane, combine=None, init=0.0):
     return intrinsic(row)
 
 
-def _broadcast(b, s, ty):
-    if isinstance(ty, ir.FloatType):
-        return s
-    vec = b.insert_element(ir.Constant(ty, ir.Undefined), s, ir.Constant(ir.IntType(32), 0))
-    return b.shuffle_vector(vec, vec, ir.Constant(ir.VectorType(ir.IntType(32), ty.count),
-                                                  [0] * ty.count))
-
-
 def _fma(b, x, y, z):
     ty = x.type
     name = "llvm.fma." + (f"v{ty.count}f32" if isinstance(ty, ir.VectorType) else "f32")
@@ -231,12 +214,12 @@ def _max(b, x, y):
 def _exp_nonpos_ir(b, ty, x):
     """exp_nonpos32's arithmetic as IR, element for element the same operations (the same bits
     as the Numba function compiled with contraction)."""
-    d = b.select(b.fcmp_ordered("<", x, _splat(ty, -87.3)), _splat(ty, -87.3), x)    # NaN kept
-    t = _fma(b, d, _splat(ty, float(_LOG2E)), _splat(ty, float(_SHIFTER)))
-    r = _fma(b, b.fsub(t, _splat(ty, float(_SHIFTER))), _splat(ty, -float(_LN2)), d)
-    p = _splat(ty, float(_F5))
+    d = b.select(b.fcmp_ordered("<", x, _const(ty, -87.3)), _const(ty, -87.3), x)    # NaN kept
+    t = _fma(b, d, _const(ty, float(_LOG2E)), _const(ty, float(_SHIFTER)))
+    r = _fma(b, b.fsub(t, _const(ty, float(_SHIFTER))), _const(ty, -float(_LN2)), d)
+    p = _const(ty, float(_F5))
     for c in (_F4, _F3, _F2, _F1, _ONE):
-        p = _fma(b, p, r, _splat(ty, float(c)))
+        p = _fma(b, p, r, _const(ty, float(c)))
     it = ir.IntType(32) if isinstance(ty, ir.FloatType) else ir.VectorType(ir.IntType(32),
                                                                          ty.count)
     two_k = b.bitcast(b.shl(b.bitcast(t, it), ir.Constant(it, 23) if isinstance(

@@ -325,24 +325,31 @@ def _softmax_outer(x, o, length, inner, y):
             yr[i] *= sm[i]
 
 
+@njit(cache=True, inline="always", fastmath=_FM, error_model="numpy")
+def _softmax_units(outer, inner):
+    """The kernels' units of work: blocks of SOFTMAX_ROWS rows on the last axis, else outer
+    indices (see _softmax_unit)."""
+    return (outer + SOFTMAX_ROWS - 1) // SOFTMAX_ROWS if inner == 1 else outer
+
+
+@njit(cache=True, inline="always", fastmath=_FM, error_model="numpy")
+def _softmax_unit(x, u, outer, length, inner, y):
+    if inner == 1:
+        _softmax_rows(x, u * SOFTMAX_ROWS, min(outer, (u + 1) * SOFTMAX_ROWS), length, y)
+    else:
+        _softmax_outer(x, u, length, inner, y)
+
+
 @njit(parallel=True, cache=True, fastmath=_FM, error_model="numpy")
 def _softmax_kernel(x, outer, length, inner, y):
-    if inner == 1:
-        for b in prange((outer + SOFTMAX_ROWS - 1) // SOFTMAX_ROWS):
-            _softmax_rows(x, b * SOFTMAX_ROWS, min(outer, (b + 1) * SOFTMAX_ROWS), length, y)
-    else:
-        for o in prange(outer):
-            _softmax_outer(x, o, length, inner, y)
+    for u in prange(_softmax_units(outer, inner)):
+        _softmax_unit(x, u, outer, length, inner, y)
 
 
 @njit(cache=True, fastmath=_FM, error_model="numpy")
 def _softmax_serial(x, outer, length, inner, y):
-    if inner == 1:
-        for b in range((outer + SOFTMAX_ROWS - 1) // SOFTMAX_ROWS):
-            _softmax_rows(x, b * SOFTMAX_ROWS, min(outer, (b + 1) * SOFTMAX_ROWS), length, y)
-    else:
-        for o in range(outer):
-            _softmax_outer(x, o, length, inner, y)
+    for u in range(_softmax_units(outer, inner)):
+        _softmax_unit(x, u, outer, length, inner, y)
 
 
 def _f32(who, name, t):
